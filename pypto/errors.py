@@ -1,0 +1,105 @@
+"""pypto errors: every user mistake names the user's file and line, what was expected and what was found."""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+_PKG_DIRS = tuple(os.path.dirname(os.path.abspath(p)) for p in (__file__,))
+_PYPTO_ROOT = os.path.dirname(os.path.abspath(__file__))
+_INTERNAL_ROOTS = [_PYPTO_ROOT]
+
+
+def register_internal_root(path: str) -> None:
+    """Frames under this directory are library frames, never reported as the user's line."""
+    _INTERNAL_ROOTS.append(os.path.dirname(os.path.abspath(path)))
+
+
+@dataclass(frozen=True)
+class SourceLoc:
+    file: str
+    line: int
+    func: str = ""
+    col: int | None = None
+
+    def __str__(self) -> str:
+        base = os.path.basename(self.file)
+        return f"{base}:{self.line}" + (f":{self.col}" if self.col is not None else "")
+
+    def full(self) -> str:
+        return f"{self.file}:{self.line}" + (f":{self.col}" if self.col is not None else "")
+
+    def to_json(self):
+        return [self.file, self.line, self.func]
+
+    @staticmethod
+    def from_json(v):
+        return SourceLoc(v[0], v[1], v[2]) if v else None
+
+
+def _is_internal(filename: str) -> bool:
+    f = os.path.abspath(filename)
+    if any(f.startswith(root + os.sep) for root in _INTERNAL_ROOTS):
+        return True
+    # torch / stdlib frames between the user and us (torch.compile, contextlib...)
+    return f"{os.sep}site-packages{os.sep}torch{os.sep}" in f or f.startswith(os.path.dirname(os.__file__))
+
+
+def user_location(skip_internal: bool = True) -> SourceLoc | None:
+    """The innermost stack frame that belongs to user code (not pypto, not torch, not stdlib)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if not skip_internal or not _is_internal(code.co_filename):
+            return SourceLoc(code.co_filename, frame.f_lineno, code.co_name)
+        frame = frame.f_back
+    return None
+
+
+class PyptoError(Exception):
+    """Base of all pypto errors. `loc` is the user's source location when known."""
+
+    def __init__(self, message: str, loc: SourceLoc | None = None, hint: str | None = None):
+        self.message = message
+        self.loc = loc if loc is not None else user_location()
+        self.hint = hint
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = f"{self.loc.full()}: " if self.loc else ""
+        text = f"{where}{self.message}"
+        if self.hint:
+            text += f"\n  hint: {self.hint}"
+        return text
+
+
+class ShapeError(PyptoError):
+    """Shapes do not agree (broadcast, matmul K, rank, a missing dim)."""
+
+
+class DTypeError(PyptoError):
+    """An unsupported or mismatched dtype."""
+
+
+class TypeMismatchError(PyptoError):
+    """A value of the wrong kind (e.g. a non-tensor where a tensor is expected)."""
+
+
+class SymbolicError(PyptoError):
+    """A symbolic size where a static one is required, or an unbindable size."""
+
+
+class TilingError(PyptoError):
+    """Invalid tile shapes or hints (over capacity, misaligned, wrong rank)."""
+
+
+class CompileError(PyptoError):
+    """A pass or a backend could not compile the program."""
+
+
+class SimError(PyptoError):
+    """The simulator caught what hardware would get wrong (race, deadlock, overflow, misalignment)."""
+
+
+class BackendUnavailableError(PyptoError):
+    """A backend whose toolchain is not installed on this machine."""
