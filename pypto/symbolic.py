@@ -170,3 +170,35 @@ def evaluate_tree(v, env: Mapping):
     if isinstance(v, dict):
         return {k: evaluate_tree(x, env) for k, x in v.items()}
     return v
+
+
+def prove_nonnegative(expr, ranges: Mapping) -> bool:
+    """True when ``expr >= 0`` holds for every value of the index symbols in ``ranges``
+    ({symbol: (lo, hi)}, inclusive) and every positive size. Linear in the index symbols."""
+    if isinstance(expr, int):
+        return expr >= 0
+    e = sympy.expand(expr)
+    for v, (lo, hi) in ranges.items():
+        if v not in e.free_symbols:
+            continue
+        coeff = e.coeff(v)
+        if v in coeff.free_symbols or v in (e - coeff * v).free_symbols:
+            return False
+        if coeff.is_nonnegative:
+            e = sympy.expand(e.subs(v, lo))
+        elif coeff.is_nonpositive:
+            e = sympy.expand(e.subs(v, hi))
+        else:
+            return False
+    return bool(e.is_nonnegative)
+
+
+def min_given_ranges(a, b, ranges: Mapping):
+    """min(a, b), resolved to one side when the index ranges decide it."""
+    if isinstance(a, int) and isinstance(b, int):
+        return min(a, b)
+    if prove_nonnegative(sympy.sympify(b) - a, ranges):
+        return simplify(a)
+    if prove_nonnegative(sympy.sympify(a) - b, ranges):
+        return simplify(b)
+    return smin(a, b)

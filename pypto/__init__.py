@@ -1,0 +1,16 @@
+"""pypto: a tile-centric tensor compiler for AI accelerators (public API, re-exported)."""
+from .dtypes import (DataType, float16, bfloat16, float32, int8, int16, int32, int64, uint8, bool_, half,
+                     DT_FP16, DT_BF16, DT_FP32, DT_INT8, DT_INT16, DT_INT32, DT_INT64, DT_UINT8, DT_BOOL)
+from .symbolic import DYNAMIC, dynamic, floordiv, ceildiv
+from .errors import (PyptoError, ShapeError, DTypeError, TypeMismatchError, SymbolicError, TilingError,
+                     CompileError, SimError, BackendUnavailableError)
+from .machine import set_machine, get_machine, load_machine, MachineSpec
+from .backends import set_backend, get_backend
+from .frontend.tensor import Tensor, TensorSpec
+from .frontend.jit import jit, last_report, JitFunction
+from .frontend.control import loop
+from .frontend.api import *  # noqa: F401,F403  the traced op functions
+from .frontend.api import size_min as min, size_max as max, view, assemble, getitem, setitem
+from .ops import load_all as _load_ops
+
+_load_ops()

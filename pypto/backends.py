@@ -1,0 +1,66 @@
+"""Backend table: how a traced TensorGraph is compiled and run on each backend.
+
+``reference`` interprets the graph with torch; ``sim``, ``cpu`` and ``npu`` lower it through the
+pass pipeline into an ExecutionGraph and hand that to their runtime. Backends are looked up by name
+and imported lazily, so a missing toolchain never breaks ``import pypto``.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from .errors import PyptoError
+
+_state = {"backend": "reference"}
+KNOWN = ("reference", "sim", "cpu", "npu")
+
+
+def set_backend(name: str) -> None:
+    check_backend(name)
+    _state["backend"] = name
+
+
+def get_backend() -> str:
+    return _state["backend"]
+
+
+def check_backend(name: str) -> str:
+    if name not in KNOWN:
+        raise PyptoError(f"unknown backend '{name}'; choose one of {', '.join(KNOWN)}")
+    return name
+
+
+@dataclass
+class Compiled:
+    """What a backend keeps per compiled signature."""
+    backend: str
+    graph: object            # the TensorGraph
+    program: object = None   # the ExecutionGraph (lowered backends)
+    options: dict = None
+
+    def run(self, inputs, env):
+        """-> (outputs in graph.outputs order, report or None)"""
+        if self.backend == "reference":
+            from .runtime.reference import run_graph
+            return run_graph(self.graph, inputs, env), None
+        runtime = importlib.import_module(f"pypto.runtime.{self.backend}")
+        args = dict(zip(self.program.inputs, inputs))
+        outs, report = runtime.run(self.program, args, env, **_run_options(self.options))
+        return [outs[name] for name in self.program.outputs], report
+
+
+def _run_options(options: dict) -> dict:
+    keys = ("machine", "timing_only", "trace")
+    return {k: options[k] for k in keys if options.get(k) is not None}
+
+
+def compile_graph(graph, backend: str, options: dict) -> Compiled:
+    check_backend(backend)
+    if backend == "reference":
+        return Compiled(backend, graph, None, options)
+    try:
+        lower = importlib.import_module("pypto.passes.pipeline").lower
+    except ModuleNotFoundError as e:
+        raise PyptoError(f"backend '{backend}' needs the lowering pipeline, which is not available: {e}") from None
+    program = lower(graph, **{k: v for k, v in options.items() if k in ("machine", "dump")})
+    return Compiled(backend, graph, program, options)

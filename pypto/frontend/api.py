@@ -1,0 +1,315 @@
+"""The traced op functions (``pypto.add``, ``pypto.exp``, ``pypto.view`` ...): argument checking and
+conversion, then one ``emit`` per op into the current graph. Meanings live in ``pypto/ops``."""
+from __future__ import annotations
+
+import numbers
+
+import sympy
+import torch
+
+from .. import dtypes, symbolic as sym
+from ..errors import PyptoError, ShapeError, TypeMismatchError, user_location
+from ..ops.registry import get_op
+from . import context as ctx
+from .tensor import Tensor
+
+
+# ------------------------------------------------------------------ emission
+def emit(op: str, inputs: list, attrs: dict | None = None) -> Tensor:
+    frame = ctx.current()
+    g = frame.graph
+    ids = [ctx.resolve(t._graph, t._node) for t in inputs]
+    infos = [g.info(i) for i in ids]
+    attrs = dict(attrs or {})
+    out = get_op(op).infer(infos, attrs)
+    return Tensor._wrap(g, g.add_node(op, ids, attrs, out, user_location()))
+
+
+def _is_scalar(x) -> bool:
+    return isinstance(x, (numbers.Number, sympy.Basic)) and not isinstance(x, Tensor)
+
+
+def as_tensor(x, fn: str, arg: str = "input") -> Tensor:
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, torch.Tensor):
+        return constant(x)
+    raise TypeMismatchError(f"pypto.{fn}: expected a pypto.Tensor for '{arg}', found {type(x).__name__} {x!r:.60}")
+
+
+def scalar(value, dtype) -> Tensor:
+    if isinstance(value, sympy.Basic):
+        value = sym.simplify(value)
+    return emit("scalar", [], {"value": value, "dtype": dtypes.to_dtype(dtype)})
+
+
+def constant(value: torch.Tensor) -> Tensor:
+    return emit("constant", [], {"value": value.detach().cpu()})
+
+
+def _scalar_dtype(t: Tensor, s) -> dtypes.DataType:
+    if isinstance(s, sympy.Basic):
+        s = 1.0 if s.is_integer is False else 1
+    return dtypes.promote_scalar(t.dtype, s)
+
+
+def _binary(op: str, a, b) -> Tensor:
+    if _is_scalar(a) and _is_scalar(b):
+        raise TypeMismatchError(f"pypto.{op}: at least one operand must be a pypto.Tensor, found two scalars")
+    if _is_scalar(b):
+        a = as_tensor(a, op, "input")
+        b = scalar(b, _scalar_dtype(a, b))
+    elif _is_scalar(a):
+        b = as_tensor(b, op, "other")
+        a = scalar(a, _scalar_dtype(b, a))
+    else:
+        a, b = as_tensor(a, op, "input"), as_tensor(b, op, "other")
+    return emit(op, [a, b])
+
+
+def _unary(op: str, x) -> Tensor:
+    return emit(op, [as_tensor(x, op)])
+
+
+# ------------------------------------------------------------------ elementwise
+def _make_unary(name):
+    def fn(x):
+        return _unary(name, x)
+    fn.__name__ = name
+    fn.__doc__ = f"Elementwise {name}, as torch.{name}."
+    return fn
+
+
+def _make_binary(name):
+    def fn(input, other):
+        return _binary(name, input, other)
+    fn.__name__ = name
+    fn.__doc__ = f"Elementwise {name} with broadcasting and Python-scalar operands, as torch.{name}."
+    return fn
+
+
+UNARY_NAMES = ["abs", "neg", "exp", "exp2", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "sigmoid", "silu",
+               "relu", "softplus", "tanh", "sin", "cos", "floor", "ceil", "round", "sign", "logical_not", "isfinite"]
+BINARY_NAMES = ["add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder",
+                "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"]
+for _n in UNARY_NAMES:
+    globals()[_n] = _make_unary(_n)
+for _n in BINARY_NAMES:
+    globals()[_n] = _make_binary(_n)
+
+
+def gelu(x, approximate: str = "none") -> Tensor:
+    if approximate not in ("none", "tanh"):
+        raise PyptoError(f"gelu: approximate must be 'none' or 'tanh', found {approximate!r}")
+    return emit("gelu", [as_tensor(x, "gelu")], {"approximate": approximate})
+
+
+def where(condition, input, other) -> Tensor:
+    cond = as_tensor(condition, "where", "condition")
+    if _is_scalar(input) and _is_scalar(other):
+        dt = dtypes.float32 if isinstance(input, float) or isinstance(other, float) else dtypes.int64
+        input, other = scalar(input, dt), scalar(other, dt)
+    elif _is_scalar(input):
+        other = as_tensor(other, "where", "other")
+        input = scalar(input, _scalar_dtype(other, input))
+    elif _is_scalar(other):
+        input = as_tensor(input, "where", "input")
+        other = scalar(other, _scalar_dtype(input, other))
+    return emit("where", [cond, as_tensor(input, "where"), as_tensor(other, "where", "other")])
+
+
+def clip(input, min=None, max=None) -> Tensor:
+    if min is None and max is None:
+        raise PyptoError("clip: at least one of min and max must be given")
+    return emit("clip", [as_tensor(input, "clip")], {"min": min, "max": max})
+
+
+clamp = clip
+
+
+def cast(input, dtype) -> Tensor:
+    x = as_tensor(input, "cast")
+    dt = dtypes.to_dtype(dtype)
+    return x if dt == x.dtype else emit("cast", [x], {"dtype": dt})
+
+
+# ------------------------------------------------------------------ creation
+def _shape_args(shape) -> tuple:
+    if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
+        shape = shape[0]
+    return tuple(sym.simplify(d) for d in shape)
+
+
+def full(shape, fill_value, dtype=None) -> Tensor:
+    dt = dtypes.to_dtype(dtype) if dtype is not None else (
+        dtypes.float32 if isinstance(fill_value, float) else dtypes.bool_ if isinstance(fill_value, bool)
+        else dtypes.int64)
+    return emit("full", [], {"shape": _shape_args([shape]), "value": fill_value, "dtype": dt})
+
+
+def zeros(*shape, dtype=dtypes.float32) -> Tensor:
+    return full(_shape_args(shape), 0, dtype)
+
+
+def ones(*shape, dtype=dtypes.float32) -> Tensor:
+    return full(_shape_args(shape), 1, dtype)
+
+
+# ------------------------------------------------------------------ views and writes
+def _index_value(i, fn="getitem"):
+    if isinstance(i, bool):
+        raise TypeMismatchError(f"{fn}: boolean indices are not supported")
+    if isinstance(i, (int, sympy.Basic)):
+        return sym.simplify(i)
+    if hasattr(i, "__index__"):
+        return int(i)
+    raise TypeMismatchError(f"indexing: expected an int, a slice or a symbolic index, found {type(i).__name__}",
+                            hint="tensor (gather) indexing is pypto.index_select / pypto.gather")
+
+
+def _parse_index(x: Tensor, idx):
+    """-> (offsets, sizes, dims to squeeze, positions to unsqueeze) of a basic index expression."""
+    if not isinstance(idx, tuple):
+        idx = (idx,)
+    n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
+    if n_real > x.ndim:
+        raise ShapeError(f"too many indices ({n_real}) for a tensor of rank {x.ndim}")
+    if any(i is Ellipsis for i in idx):
+        k = idx.index(Ellipsis)
+        idx = idx[:k] + (slice(None),) * (x.ndim - n_real) + idx[k + 1:]
+    offsets, sizes, squeeze, unsqueeze = [], [], [], []
+    d = 0
+    out_pos = 0
+    for i in idx:
+        if i is None:
+            unsqueeze.append(out_pos)
+            out_pos += 1
+            continue
+        size = x.shape[d]
+        if isinstance(i, slice):
+            if i.step not in (None, 1):
+                raise ShapeError(f"slicing with step {i.step} is not supported (only contiguous boxes)")
+            start = 0 if i.start is None else _index_value(i.start)
+            stop = size if i.stop is None else _index_value(i.stop)
+            if isinstance(start, int) and start < 0:
+                start = start + size
+            if isinstance(stop, int) and stop < 0:
+                stop = stop + size
+            if isinstance(start, int) and isinstance(size, int):
+                start = min(start, size)
+            offsets.append(start)
+            # written as min(stop - start, size - start) so that x[i*64 : i*64 + 64] has the same
+            # symbolic size as pypto.min(64, n - i*64)
+            length = sym.min_given_ranges(sym.simplify(stop - start), sym.simplify(size - start), ctx.loop_ranges)
+            sizes.append(max(length, 0) if isinstance(length, int) else length)
+            out_pos += 1
+        else:
+            v = _index_value(i)
+            if isinstance(v, int) and v < 0:
+                v = v + size
+            if isinstance(v, int) and isinstance(size, int) and not 0 <= v < size:
+                raise ShapeError(f"index {i} is out of range for dimension {d} of size {size}")
+            offsets.append(v)
+            sizes.append(1)
+            squeeze.append(d)
+        d += 1
+    for _ in range(d, x.ndim):
+        offsets.append(0)
+        sizes.append(x.shape[d])
+        d += 1
+    return offsets, sizes, squeeze, unsqueeze
+
+
+def getitem(x, idx) -> Tensor:
+    x = as_tensor(x, "getitem")
+    offsets, sizes, squeeze, unsqueeze = _parse_index(x, idx)
+    out = x
+    if any(not (isinstance(o, int) and o == 0) for o in offsets) or tuple(sizes) != tuple(x.shape):
+        out = emit("view", [x], {"offsets": tuple(offsets), "shape": tuple(sizes)})
+        out._base = (x, tuple(offsets))
+    if squeeze or unsqueeze:
+        shape = [s for i, s in enumerate(sizes) if i not in squeeze]
+        for p in unsqueeze:
+            shape.insert(p, 1)
+        out = reshape(out, shape)
+        out._base = "reshaped"
+    return out
+
+
+def view(x, shape, offsets, valid_shape=None) -> Tensor:
+    """CANN-style view: a ``shape`` box at ``offsets``; ``valid_shape`` (e.g. pypto.min(64, n - i*64))
+    gives the real extent for tail boxes. The result's shape is the valid shape; ``shape`` is kept as
+    the tile-shape hint."""
+    x = as_tensor(x, "view")
+    shape = tuple(sym.simplify(d) for d in shape)
+    valid = tuple(sym.simplify(d) for d in (valid_shape if valid_shape is not None else shape))
+    offsets = tuple(sym.simplify(o) for o in offsets)
+    out = emit("view", [x], {"offsets": offsets, "shape": valid, "tile_shape": shape})
+    out._base = (x, offsets)
+    return out
+
+
+def assemble(src, offsets, dst) -> None:
+    """CANN-style write: ``dst[offsets : offsets + src.shape] = src`` (dst is updated in place)."""
+    dst = as_tensor(dst, "assemble", "dst")
+    src = as_tensor(src, "assemble", "src")
+    _write(dst, tuple(sym.simplify(o) for o in offsets), src)
+
+
+def _write(dst: Tensor, offsets: tuple, src: Tensor) -> None:
+    base = dst._base
+    if base == "reshaped":
+        raise PyptoError("in-place write into a reshaped/squeezed view is not supported",
+                         hint="write into the original tensor with matching offsets")
+    if isinstance(base, tuple):
+        # a write through a view writes the viewed tensor, then the view is read again from it
+        parent, poffs = base
+        _write(parent, tuple(sym.simplify(a + b) for a, b in zip(poffs, offsets)), src)
+        _rebind(dst, emit("view", [parent], {"offsets": poffs, "shape": dst.shape}))
+        dst._base = base
+    else:
+        _rebind(dst, emit("assemble", [dst, src], {"offsets": offsets}))
+
+
+def _rebind(t: Tensor, new: Tensor) -> None:
+    ctx.record_mutation(t)
+    t._graph, t._node = new._graph, new._node
+
+
+def setitem(x, idx, value) -> None:
+    x = as_tensor(x, "setitem")
+    offsets, sizes, squeeze, unsqueeze = _parse_index(x, idx)
+    if _is_scalar(value):
+        value = full(tuple(sizes), value, x.dtype)
+    value = as_tensor(value, "setitem", "value")
+    if value.dtype != x.dtype:
+        value = cast(value, x.dtype)
+    if tuple(value.shape) != tuple(sizes):
+        value = _broadcast_to(value, tuple(sizes))
+    _write(x, tuple(offsets), value)
+
+
+def _broadcast_to(v: Tensor, shape: tuple) -> Tensor:
+    from ..ops.shape_rules import broadcast_shapes
+    if broadcast_shapes(v.shape, shape) != tuple(shape) or len(v.shape) > len(shape):
+        raise ShapeError(f"cannot write a value of shape {list(v.shape)} into a box of shape {list(shape)}")
+    return add(v, zeros(*shape, dtype=v.dtype)) if tuple(v.shape) != tuple(shape) else v
+
+
+def reshape(x, *shape) -> Tensor:
+    x = as_tensor(x, "reshape")
+    shape = _shape_args(shape)
+    if tuple(shape) == tuple(x.shape):
+        return x
+    out = emit("reshape", [x], {"shape": shape})
+    out._base = "reshaped"
+    return out
+
+
+def size_min(*xs):
+    """``pypto.min`` on sizes (ints or symbolic)."""
+    return sym.smin(*xs)
+
+
+def size_max(*xs):
+    return sym.smax(*xs)

@@ -1,0 +1,87 @@
+"""The tracing state: a stack of graphs under construction (the jit function's graph, then one per
+enclosing ``pypto.loop`` body), value capture across them, and in-place mutation bookkeeping."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import PyptoError
+from ..ir.tensor_graph import TensorGraph
+
+
+@dataclass
+class Frame:
+    graph: TensorGraph
+    # value of the parent graph (parent node id) -> input node id in this graph
+    captures: dict = field(default_factory=dict)
+    capture_sources: list = field(default_factory=list)     # parent node ids, in body-input order
+    # id(tensor) -> (tensor, graph, node) it had before its first mutation in this frame
+    mutated: dict = field(default_factory=dict)
+
+
+_stack: list[Frame] = []
+# index symbol -> (lo, hi) inclusive, for the pypto.loop bodies being traced
+loop_ranges: dict = {}
+
+
+def push(graph: TensorGraph) -> Frame:
+    f = Frame(graph)
+    _stack.append(f)
+    return f
+
+
+def pop() -> Frame:
+    return _stack.pop()
+
+
+def is_tracing() -> bool:
+    return bool(_stack)
+
+
+def current() -> Frame:
+    if not _stack:
+        raise PyptoError("pypto tensor ops run inside a traced function: decorate it with @pypto.jit, "
+                         "or call it from a pypto.Module's forward")
+    return _stack[-1]
+
+
+def frame_index(graph: TensorGraph) -> int | None:
+    for i in range(len(_stack) - 1, -1, -1):
+        if _stack[i].graph is graph:
+            return i
+    return None
+
+
+def resolve(graph: TensorGraph, node: int) -> int:
+    """The node id that stands for (graph, node) in the current graph, capturing it into every
+    loop body between its graph and the current one."""
+    k = frame_index(graph)
+    if k is None:
+        raise PyptoError("this tensor belongs to a finished trace: it was created inside a pypto.loop body "
+                         "(or another traced function) and is used outside it",
+                         hint="write results out of a loop with out[...] = value into a tensor created before the loop")
+    for j in range(k + 1, len(_stack)):
+        f = _stack[j]
+        if node not in f.captures:
+            info = _stack[j - 1].graph.info(node)
+            f.captures[node] = f.graph.add_input(info)
+            f.capture_sources.append(node)
+        node = f.captures[node]
+    return node
+
+
+def record_mutation(tensor) -> None:
+    """Before ``tensor`` is rebound to a new value in the current graph: remember what it was, so a
+    loop body can carry it and a traced function can write it back to its input."""
+    f = current()
+    if id(tensor) not in f.mutated:
+        f.mutated[id(tensor)] = (tensor, tensor._graph, tensor._node)
+
+
+def resolve_from(frame: Frame, graph: TensorGraph, node: int) -> int:
+    """Like ``resolve`` for a frame that was just popped: the parent-graph node standing for
+    (graph, node), captured into ``frame`` as a body input. Returns the parent node id."""
+    parent_node = resolve(graph, node)           # in the (now current) parent graph
+    if parent_node not in frame.captures:
+        frame.captures[parent_node] = frame.graph.add_input(current().graph.info(parent_node))
+        frame.capture_sources.append(parent_node)
+    return parent_node

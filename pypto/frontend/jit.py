@@ -1,0 +1,244 @@
+"""``@pypto.jit``: trace on first call, cache per signature, run on a backend.
+
+The cache key holds, per tensor argument, its dtype, its static dims and the equality pattern of its
+dynamic dims (dynamic dims with equal values at trace time share one size symbol, as torch's
+dynamic shapes do), plus every non-tensor argument. One trace serves every value of a dynamic dim.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+from pathlib import Path
+
+import sympy
+import torch
+
+from .. import backends, dtypes, symbolic as sym
+from ..errors import PyptoError, ShapeError, DTypeError, SymbolicError, TypeMismatchError, user_location
+from ..ir.tensor_graph import OutputSpec, TensorGraph, ValueInfo
+from . import context as ctx
+from .tensor import Tensor, TensorSpec
+
+_last = {"report": None}
+
+
+def last_report():
+    """The Report of the most recent run of any compiled function (None on the reference backend)."""
+    return _last["report"]
+
+
+class JitFunction:
+    def __init__(self, fn, *, backend: str | None = None, machine: str | None = None, dump: str | None = None,
+                 timing_only: bool = False, trace: str | None = None, name: str | None = None):
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", "fn")
+        self.signature = inspect.signature(fn)
+        self.backend = backends.check_backend(backend) if backend else None
+        self.options = {"machine": machine, "dump": dump, "timing_only": timing_only, "trace": trace}
+        self.cache: dict = {}
+        self.last_report = None
+        self.trace_count = 0
+        functools.update_wrapper(self, fn)
+
+    # ------------------------------------------------------------------ binding
+    def _bind(self, args, kwargs, loc):
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeMismatchError(f"{self.name}: {e}", loc=loc) from None
+        bound.apply_defaults()
+        return bound
+
+    def _spec_of(self, pname) -> TensorSpec | None:
+        ann = self.signature.parameters[pname].annotation
+        return ann if isinstance(ann, TensorSpec) else None
+
+    def _check_tensor(self, pname, t: torch.Tensor, spec: TensorSpec | None, loc):
+        if spec is None:
+            return
+        if t.dim() != len(spec.shape):
+            raise ShapeError(f"{self.name}: argument '{pname}' must have rank {len(spec.shape)} "
+                             f"(declared {spec!r}), found shape {list(t.shape)}", loc=loc)
+        if spec.dtype is not None and dtypes.from_torch(t.dtype) != spec.dtype:
+            raise DTypeError(f"{self.name}: argument '{pname}' must be {spec.dtype.name}, found {t.dtype}", loc=loc)
+        for i, (d, n) in enumerate(zip(spec.shape, t.shape)):
+            if isinstance(d, int) and d != n:
+                raise ShapeError(f"{self.name}: argument '{pname}' dim {i} must be {d} (declared {spec!r}), "
+                                 f"found shape {list(t.shape)}", loc=loc)
+
+    def _signature_key(self, bound, loc):
+        """-> (key, tensor params [(name, tensor)], dim plan {(param, dim): symbol-or-None})"""
+        key, tensors = [], []
+        dyn_values: dict = {}
+        for pname, v in bound.arguments.items():
+            if isinstance(v, torch.Tensor):
+                spec = self._spec_of(pname)
+                self._check_tensor(pname, v, spec, loc)
+                dims = []
+                for i, n in enumerate(v.shape):
+                    d = spec.shape[i] if spec is not None else n
+                    if d is sym.DYNAMIC:
+                        cls = dyn_values.setdefault(("dyn", int(n)), len(dyn_values))
+                        dims.append(("dyn", cls))
+                    elif isinstance(d, sympy.Symbol):
+                        dims.append(("named", d.name))
+                    else:
+                        dims.append(int(n))
+                key.append((pname, dtypes.from_torch(v.dtype).name, tuple(dims)))
+                tensors.append((pname, v))
+            elif isinstance(v, Tensor):
+                raise TypeMismatchError(f"{self.name}: argument '{pname}' is a traced pypto.Tensor; "
+                                        "pass torch tensors to a compiled function", loc=loc)
+            else:
+                try:
+                    hash(v)
+                    key.append((pname, "const", v))
+                except TypeError:
+                    key.append((pname, "const", repr(v)))
+        return tuple(key), tensors
+
+    # ------------------------------------------------------------------ tracing
+    def _trace(self, bound, key) -> TensorGraph:
+        g = TensorGraph(self.name)
+        symbols: dict = {}
+        frame = ctx.push(g)
+        call_args = dict(bound.arguments)
+        try:
+            for (pname, dt, dims) in (k for k in key if k[1] != "const"):
+                shape = []
+                for i, d in enumerate(dims):
+                    if isinstance(d, int):
+                        shape.append(d)
+                    else:
+                        sname = d[1] if d[0] == "named" else f"{pname}_d{i}"
+                        symbols.setdefault(d, sym.symbol(sname))
+                        shape.append(symbols[d])
+                nid = g.add_input(ValueInfo(tuple(shape), dtypes.to_dtype(dt), pname))
+                call_args[pname] = Tensor._wrap(g, nid)
+            inputs_by_param = {p: call_args[p] for p, dt, _ in key if dt != "const"}
+            result = self.fn(**call_args) if not _has_varargs(self.signature) else \
+                self.fn(*_positional(self.signature, call_args))
+        finally:
+            ctx.pop()
+        g.symbols = list(dict.fromkeys(symbols.values()))
+        self._set_outputs(g, frame, result, list(inputs_by_param))
+        self.trace_count += 1
+        return g
+
+    def _set_outputs(self, g, frame, result, input_names):
+        if result is None:
+            items, g.returns_tuple = [], False
+        elif isinstance(result, Tensor):
+            items, g.returns_tuple = [result], False
+        elif isinstance(result, (tuple, list)):
+            items, g.returns_tuple = list(result), True
+        else:
+            raise TypeMismatchError(f"{self.name} must return a pypto.Tensor, a tuple of them or None, "
+                                    f"found {type(result).__name__}", loc=_fn_loc(self.fn))
+        for i, t in enumerate(items):
+            if not isinstance(t, Tensor):
+                raise TypeMismatchError(f"{self.name}: returned value {i} is {type(t).__name__}, not a pypto.Tensor",
+                                        loc=_fn_loc(self.fn))
+            if t._graph is not g:
+                raise PyptoError(f"{self.name}: returned value {i} was created inside a pypto.loop body",
+                                 loc=_fn_loc(self.fn))
+            g.outputs.append(OutputSpec(t._node, "return", i))
+        for t, og, onode in frame.mutated.values():
+            if og is g and g.op(onode) == "input" and t._graph is g:
+                g.outputs.append(OutputSpec(t._node, "inplace", g.inputs.index(onode)))
+        if not g.outputs:
+            raise PyptoError(f"{self.name} neither returns a tensor nor writes into an argument",
+                             loc=_fn_loc(self.fn))
+
+    # ------------------------------------------------------------------ public
+    def _prepare(self, args, kwargs, loc):
+        bound = self._bind(args, kwargs, loc)
+        key, tensors = self._signature_key(bound, loc)
+        backend = self.backend or backends.get_backend()
+        compiled = self.cache.get((backend, key))
+        if compiled is None:
+            graph = self._trace(bound, key)
+            _dump_graph(graph, self.options.get("dump"))
+            compiled = backends.compile_graph(graph, backend, self.options)
+            self.cache[(backend, key)] = compiled
+        env = _bind_sizes(compiled.graph, [t for _, t in tensors], loc)
+        return compiled, tensors, env
+
+    def __call__(self, *args, **kwargs):
+        loc = user_location()
+        compiled, tensors, env = self._prepare(args, kwargs, loc)
+        inputs = [t.detach() for _, t in tensors]
+        outs, report = compiled.run(inputs, env)
+        self.last_report = report
+        _last["report"] = report
+        g = compiled.graph
+        returned = []
+        for spec, value in zip(g.outputs, outs):
+            if spec.kind == "inplace":
+                tensors[spec.index][1].data.copy_(value)
+            else:
+                returned.append(value)
+        if not returned:
+            return None
+        return tuple(returned) if g.returns_tuple else returned[0]
+
+    def trace(self, *args, **kwargs) -> TensorGraph:
+        """The TensorGraph for these arguments (traced, or taken from the cache)."""
+        compiled, _, _ = self._prepare(args, kwargs, user_location())
+        return compiled.graph
+
+    graph = trace
+
+    def report(self):
+        return self.last_report
+
+
+def _has_varargs(sig) -> bool:
+    return any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in sig.parameters.values())
+
+
+def _positional(sig, call_args):
+    out = []
+    for p in sig.parameters.values():
+        if p.kind == p.VAR_POSITIONAL:
+            out.extend(call_args.get(p.name, ()))
+        elif p.kind != p.VAR_KEYWORD:
+            out.append(call_args[p.name])
+    return out
+
+
+def _fn_loc(fn):
+    from ..errors import SourceLoc
+    code = getattr(fn, "__code__", None)
+    return SourceLoc(code.co_filename, code.co_firstlineno, code.co_name) if code else None
+
+
+def _bind_sizes(g: TensorGraph, tensors, loc) -> dict:
+    env: dict = {}
+    for nid, t in zip(g.inputs, tensors):
+        for d, n in zip(g.info(nid).shape, t.shape):
+            if isinstance(d, sympy.Symbol):
+                if env.setdefault(d.name, int(n)) != int(n):
+                    raise SymbolicError(f"size '{d.name}' is {env[d.name]} in one argument and {int(n)} in "
+                                        f"'{g.info(nid).name}'", loc=loc)
+    return env
+
+
+def _dump_graph(graph: TensorGraph, dump: str | None) -> None:
+    root = dump or os.environ.get("PYPTO_DUMP")
+    if not root:
+        return
+    import json
+    d = Path(root) / graph.name
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "tensor_graph.txt").write_text(str(graph) + "\n")
+    (d / "tensor_graph.dot").write_text(graph.to_dot() + "\n")
+    (d / "tensor_graph.json").write_text(json.dumps(graph.to_json(), indent=1))
+
+
+def jit(fn=None, **options):
+    """Decorator: ``@pypto.jit`` or ``@pypto.jit(backend="cpu", machine="a2a3", dump=dir)``."""
+    if fn is None:
+        return lambda f: JitFunction(f, **options)
+    return JitFunction(fn, **options)

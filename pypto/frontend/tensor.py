@@ -1,0 +1,169 @@
+"""``pypto.Tensor``: the traced value. Operators and torch-like methods record ops in the current graph.
+
+``pypto.Tensor[[pypto.DYNAMIC, 128], pypto.float16]`` (and, outside a trace, the CANN style
+``pypto.Tensor((d0, d1), dtype)``) is a ``TensorSpec`` used to annotate jit parameters. Inside a
+trace, ``pypto.Tensor(shape, dtype)`` creates a new zero-filled tensor to assemble into.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+from .. import dtypes, symbolic
+from ..errors import PyptoError, TypeMismatchError
+from . import context as ctx
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    shape: tuple
+    dtype: dtypes.DataType | None
+    name: str | None = None
+
+    def __repr__(self) -> str:
+        dims = ", ".join("DYNAMIC" if d is symbolic.DYNAMIC else str(d) for d in self.shape)
+        return f"pypto.Tensor[[{dims}], {self.dtype!r}]"
+
+
+def _spec(shape, dtype=None, name=None) -> TensorSpec:
+    if isinstance(shape, (int, sympy.Basic)) or shape is symbolic.DYNAMIC:
+        shape = (shape,)
+    return TensorSpec(tuple(shape), dtypes.to_dtype(dtype) if dtype is not None else None, name)
+
+
+class Tensor:
+    """A traced tensor value: (graph, node). Use it like a torch.Tensor inside @pypto.jit."""
+
+    __slots__ = ("_graph", "_node", "_base", "__weakref__")
+    __array_priority__ = 1000
+
+    def __new__(cls, shape=None, dtype=None, name=None, **kwargs):
+        if shape is None:
+            return super().__new__(cls)
+        if ctx.is_tracing():
+            from .api import zeros
+            return zeros(*(shape if isinstance(shape, (list, tuple)) else [shape]),
+                         dtype=dtype or dtypes.float32)
+        return _spec(shape, kwargs.get("dtype", dtype), name)
+
+    def __class_getitem__(cls, item):
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise TypeMismatchError("annotate as pypto.Tensor[[dims...], dtype]")
+        return _spec(item[0], item[1])
+
+    @classmethod
+    def _wrap(cls, graph, node, base=None) -> "Tensor":
+        t = super().__new__(cls)
+        t._graph, t._node, t._base = graph, node, base
+        return t
+
+    # ---------------------------------------------------------------- metadata
+    @property
+    def _info(self):
+        return self._graph.info(self._node)
+
+    @property
+    def shape(self) -> tuple:
+        return self._info.shape
+
+    @property
+    def dtype(self) -> dtypes.DataType:
+        return self._info.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def size(self, d=None):
+        return self.shape if d is None else self.shape[d]
+
+    def __len__(self):
+        d = self.shape[0]
+        if not isinstance(d, int):
+            from ..errors import SymbolicError
+            raise SymbolicError(f"len() of a tensor whose first dim is dynamic ({d})")
+        return d
+
+    def __repr__(self) -> str:
+        return f"pypto.Tensor(%{self._node}, shape=[{', '.join(map(str, self.shape))}], dtype={self.dtype})"
+
+    def __bool__(self):
+        raise TypeMismatchError("a traced pypto.Tensor has no truth value at trace time",
+                                hint="use pypto.where(cond, a, b) for data-dependent choices")
+
+    def __iter__(self):
+        raise TypeMismatchError("iterating over a traced pypto.Tensor is not supported",
+                                hint="use pypto.loop(n) with indexing, or split()")
+
+    __hash__ = object.__hash__
+
+
+def _binop(name, swap=False):
+    def method(self, other):
+        from . import api
+        fn = getattr(api, name)
+        return fn(other, self) if swap else fn(self, other)
+    method.__name__ = name
+    return method
+
+
+def _method(api_name):
+    def method(self, *args, **kwargs):
+        from . import api
+        return getattr(api, api_name)(self, *args, **kwargs)
+    method.__name__ = api_name
+    return method
+
+
+# operator -> pypto function (swap: reflected operand order)
+_OPERATORS = {
+    "__add__": ("add", False), "__radd__": ("add", True), "__sub__": ("sub", False), "__rsub__": ("sub", True),
+    "__mul__": ("mul", False), "__rmul__": ("mul", True), "__truediv__": ("div", False),
+    "__rtruediv__": ("div", True), "__pow__": ("pow", False), "__rpow__": ("pow", True),
+    "__matmul__": ("matmul", False), "__rmatmul__": ("matmul", True),
+    "__lt__": ("lt", False), "__le__": ("le", False), "__gt__": ("gt", False), "__ge__": ("ge", False),
+    "__eq__": ("eq", False), "__ne__": ("ne", False), "__and__": ("logical_and", False),
+    "__or__": ("logical_or", False), "__rand__": ("logical_and", True), "__ror__": ("logical_or", True),
+    "__mod__": ("remainder", False),
+}
+for _op, (_fn, _swap) in _OPERATORS.items():
+    setattr(Tensor, _op, _binop(_fn, _swap))
+
+# methods that mirror torch.Tensor methods of the same name (torch name -> pypto function)
+METHODS = {
+    "abs": "abs", "neg": "neg", "exp": "exp", "exp2": "exp2", "log": "log", "log1p": "log1p", "sqrt": "sqrt",
+    "rsqrt": "rsqrt", "reciprocal": "reciprocal", "sigmoid": "sigmoid", "relu": "relu", "tanh": "tanh",
+    "sin": "sin", "cos": "cos", "floor": "floor", "ceil": "ceil", "round": "round", "sign": "sign",
+    "logical_not": "logical_not", "isfinite": "isfinite", "pow": "pow", "clip": "clip", "clamp": "clip",
+    "add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "maximum", "minimum": "minimum",
+    "eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
+    "logical_and": "logical_and", "logical_or": "logical_or",
+    "to": "cast", "cast": "cast", "view": "reshape", "reshape": "reshape",
+}
+for _name, _fn in METHODS.items():
+    setattr(Tensor, _name, _method(_fn))
+
+Tensor.__neg__ = _method("neg")
+Tensor.__abs__ = _method("abs")
+Tensor.__invert__ = _method("logical_not")
+Tensor.__getitem__ = _method("getitem")
+Tensor.__setitem__ = _method("setitem")
+Tensor.float = lambda self: _method("cast")(self, dtypes.float32)
+Tensor.half = lambda self: _method("cast")(self, dtypes.float16)
+Tensor.bfloat16 = lambda self: _method("cast")(self, dtypes.bfloat16)
+Tensor.int = lambda self: _method("cast")(self, dtypes.int32)
+Tensor.long = lambda self: _method("cast")(self, dtypes.int64)
+Tensor.bool = lambda self: _method("cast")(self, dtypes.bool_)
+
+
+def is_tensor(x) -> bool:
+    return isinstance(x, Tensor)
+
+
+def check_no_tracer_leak(x):
+    if isinstance(x, Tensor):
+        raise PyptoError("a traced pypto.Tensor escaped its trace")

@@ -1,0 +1,50 @@
+"""The reference interpreter: runs a TensorGraph (loops included) with torch on the CPU.
+It is the oracle every later stage is compared with (``backend="reference"``)."""
+from __future__ import annotations
+
+import torch
+
+from .. import symbolic as sym
+from ..errors import PyptoError
+from ..ir.tensor_graph import TensorGraph
+from ..ops.registry import get_op
+
+
+def run_graph(g: TensorGraph, inputs: list[torch.Tensor], env: dict) -> list[torch.Tensor]:
+    """Values of g's outputs (in g.outputs order) for the given inputs and size bindings."""
+    vals: dict[int, torch.Tensor] = dict(zip(g.inputs, inputs))
+    for nid in g.nodes():
+        n = g.node(nid)
+        op = n["op"]
+        if op == "input":
+            continue
+        args = [vals[i] for i in n["inputs"]]
+        if op == "loop":
+            vals[nid] = _run_loop(n["attrs"], args, env)
+        elif op == "loop_result":
+            vals[nid] = args[0][n["attrs"]["index"]]
+        else:
+            vals[nid] = _apply(op, args, n["attrs"], env, n["loc"])
+    return [vals[o.node] for o in g.outputs]
+
+
+def _apply(op, args, attrs, env, loc):
+    a = sym.evaluate_tree({k: v for k, v in attrs.items()}, env)
+    try:
+        return get_op(op).ref(args, a)
+    except PyptoError as e:
+        raise type(e)(e.message, loc=loc or e.loc, hint=e.hint) from None
+    except (RuntimeError, ValueError, IndexError) as e:
+        raise PyptoError(f"{op} failed at run time: {e}", loc=loc) from None
+
+
+def _run_loop(attrs, args, env):
+    body: TensorGraph = attrs["body"]
+    start, stop, step = (sym.evaluate(attrs[k], env) for k in ("start", "stop", "step"))
+    carried = attrs["carried"]
+    state = list(args)
+    for i in range(start, stop, step):
+        outs = run_graph(body, state, {**env, attrs["var"].name: i})
+        for k, pos in enumerate(carried):
+            state[pos] = outs[k]
+    return [state[pos] for pos in carried]
