@@ -86,8 +86,19 @@ def _div_dtype(dt):
     return _float_result(dt)
 
 
+# op -> PTO instruction computing it on a tile (ops absent here are decomposed by the lowering)
+PTO = {"abs": "TABS", "neg": "TNEG", "exp": "TEXP", "log": "TLOG", "sqrt": "TSQRT", "rsqrt": "TRSQRT",
+       "reciprocal": "TRECIP", "relu": "TRELU", "sigmoid": "TSIGMOID", "tanh": "TTANH", "sin": "TSIN",
+       "cos": "TCOS", "floor": "TFLOOR", "ceil": "TCEIL", "round": "TROUND", "sign": "TSIGN",
+       "logical_not": "TNOT", "isfinite": "TISFINITE", "log1p": "TLOG1P",
+       "add": "TADD", "sub": "TSUB", "mul": "TMUL", "div": "TDIV", "pow": "TPOW", "maximum": "TMAX",
+       "minimum": "TMIN", "remainder": "TREM", "logical_and": "TAND", "logical_or": "TOR",
+       "eq": "TCMP", "ne": "TCMP", "lt": "TCMP", "le": "TCMP", "gt": "TCMP", "ge": "TCMP",
+       "where": "TSEL", "cast": "TCVT"}
+
 for _name, (_fn, _rule, _flops) in UNARY.items():
-    register(OpDef(_name, "elementwise", _unary_infer(_rule), _unary_ref(_fn, _rule), flops=_flops, num_inputs=1))
+    register(OpDef(_name, "elementwise", _unary_infer(_rule), _unary_ref(_fn, _rule), flops=_flops, num_inputs=1,
+                   pto=PTO.get(_name)))
 register(OpDef("gelu", "elementwise", _unary_infer(_float_result), _gelu_ref, flops=12, num_inputs=1,
                doc="attrs: approximate in {'none', 'tanh'} as torch"))
 
@@ -104,9 +115,11 @@ def _bin_ref(fn, out_rule):
 
 for _name, (_fn, _flops) in BINARY.items():
     _rule = _div_dtype if _name == "div" else _same
-    register(OpDef(_name, "elementwise", _binary_infer(_rule), _bin_ref(_fn, _rule), flops=_flops, num_inputs=2))
+    register(OpDef(_name, "elementwise", _binary_infer(_rule), _bin_ref(_fn, _rule), flops=_flops, num_inputs=2,
+                   pto=PTO.get(_name)))
 for _name, _fn in (COMPARE | LOGICAL).items():
-    register(OpDef(_name, "elementwise", _binary_infer(_bool), _bin_ref(_fn, _same), flops=1, num_inputs=2))
+    register(OpDef(_name, "elementwise", _binary_infer(_bool), _bin_ref(_fn, _same), flops=1, num_inputs=2,
+                   pto=PTO.get(_name)))
 
 
 def _where_infer(ins, attrs):
@@ -123,7 +136,7 @@ def _where_ref(ins, attrs):
     return torch.where(cond, a.to(dt), b.to(dt))
 
 
-register(OpDef("where", "elementwise", _where_infer, _where_ref, num_inputs=3))
+register(OpDef("where", "elementwise", _where_infer, _where_ref, num_inputs=3, pto="TSEL"))
 
 
 def _clip_infer(ins, attrs):
@@ -146,7 +159,7 @@ def _cast_ref(ins, attrs):
     return ins[0].to(attrs["dtype"].torch_dtype)
 
 
-register(OpDef("cast", "elementwise", _cast_infer, _cast_ref, num_inputs=1, doc="attrs: dtype"))
+register(OpDef("cast", "elementwise", _cast_infer, _cast_ref, num_inputs=1, doc="attrs: dtype", pto="TCVT"))
 
 
 def _scalar_infer(ins, attrs):

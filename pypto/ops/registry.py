@@ -3,7 +3,9 @@
 An ``OpDef`` holds: the op's name and family; ``infer`` (symbolic shape and dtype inference over
 the inputs' ValueInfo and the attrs, raising pypto errors on bad input); ``ref`` (the reference
 semantics on torch CPU tensors, attrs already evaluated to ints); ``unit`` (which core executes
-it: vector, cube, aicpu, or none for pure views/metadata); ``flops`` (FLOPs per output element,
+it: vector, cube, aicpu, or none for pure views/metadata); ``pto`` (the PTO instruction that
+computes it on tiles, for ops that map onto one); ``decompose`` (composites: their definition in
+primitive ops, applied by the decomposition pass before tiling); ``flops`` (FLOPs per output element,
 for cost and roofline); and the slots filled by the tiling/lowering layer (``tiling``, ``lower``).
 """
 from __future__ import annotations
@@ -24,6 +26,8 @@ class OpDef:
     flops: float = 1.0         # per output element (matmul declares its own in the lowering)
     num_inputs: int | None = None   # None = variadic
     doc: str = ""
+    pto: str | None = None     # the PTO instruction that computes it tile-wise (elementwise: TEXP, TADD...)
+    decompose: Callable | None = None   # composite ops: (inputs: list[Tensor], attrs) -> Tensor, traced
     tiling: object = None      # how an output tile maps to input tiles (filled by passes/tiling)
     lower: object = None       # Block IR lowering (filled by the lowering layer)
     extra: dict = field(default_factory=dict)
