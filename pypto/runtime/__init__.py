@@ -1,0 +1,1 @@
+"""Backends that run an ExecutionGraph: ``sim`` (simulator, default), ``cpu`` (g++), ``npu`` (CANN)."""
