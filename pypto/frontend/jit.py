@@ -54,6 +54,11 @@ class JitFunction:
         ann = self.signature.parameters[pname].annotation
         return ann if isinstance(ann, TensorSpec) else None
 
+    def arg_spec(self, pname, value: torch.Tensor) -> TensorSpec | None:
+        """The spec that checks tensor argument ``pname`` and marks its dynamic dims: its annotation.
+        (pypto.nn's module compiler overrides this to default batch/sequence dims to DYNAMIC.)"""
+        return self._spec_of(pname)
+
     def _check_tensor(self, pname, t: torch.Tensor, spec: TensorSpec | None, loc):
         if spec is None:
             return
@@ -73,7 +78,7 @@ class JitFunction:
         dyn_values: dict = {}
         for pname, v in bound.arguments.items():
             if isinstance(v, torch.Tensor):
-                spec = self._spec_of(pname)
+                spec = self.arg_spec(pname, v)
                 self._check_tensor(pname, v, spec, loc)
                 dims = []
                 for i, n in enumerate(v.shape):
