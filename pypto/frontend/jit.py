@@ -247,3 +247,29 @@ def jit(fn=None, **options):
     if fn is None:
         return lambda f: JitFunction(f, **options)
     return JitFunction(fn, **options)
+
+
+def trace_callable(fn, specs, name: str = "graph", symbols=()) -> TensorGraph:
+    """Trace ``fn(*inputs)`` into a TensorGraph outside ``@pypto.jit`` (used by torch.compile).
+
+    One graph input per ``TensorSpec`` in ``specs`` (dims are ints or sympy size expressions; the
+    spec's name names the input). ``fn`` returns a pypto Tensor or a tuple/list of them; each becomes
+    a returned output. ``symbols`` adds run-time sizes that appear in no input shape (bound by the
+    caller's env)."""
+    g = TensorGraph(name)
+    ctx.push(g)
+    try:
+        inputs = [Tensor._wrap(g, g.add_input(ValueInfo(tuple(sym.simplify(d) for d in s.shape), s.dtype,
+                                                        s.name or f"in{i}")))
+                  for i, s in enumerate(specs)]
+        result = fn(*inputs)
+    finally:
+        ctx.pop()
+    g.returns_tuple = isinstance(result, (tuple, list))
+    for i, t in enumerate(result if g.returns_tuple else [result]):
+        if not isinstance(t, Tensor) or t._graph is not g:
+            raise PyptoError(f"{name}: traced value {i} is not a pypto.Tensor of this graph ({type(t).__name__})")
+        g.outputs.append(OutputSpec(t._node, "return", i))
+    in_syms = sorted(sym.free_symbols(*[s.shape for s in specs]), key=lambda s: s.name)
+    g.symbols = list(dict.fromkeys([*in_syms, *symbols]))
+    return g
