@@ -10,7 +10,7 @@ from .frontend.tensor import Tensor, TensorSpec
 from .frontend.jit import jit, last_report, JitFunction
 from .frontend.control import loop
 from .frontend.api import *  # noqa: F401,F403  the traced op functions
-from .frontend.api import size_min as min, size_max as max, view, assemble, getitem, setitem
+from .frontend.api import min, max, view, assemble, getitem, setitem  # min/max: torch's on tensors, on sizes too
 from .ops import load_all as _load_ops
 
 _load_ops()

@@ -2,6 +2,7 @@
 conversion, then one ``emit`` per op into the current graph. Meanings live in ``pypto/ops``."""
 from __future__ import annotations
 
+import builtins
 import numbers
 
 import sympy
@@ -171,7 +172,7 @@ def _parse_index(x: Tensor, idx):
     """-> (offsets, sizes, dims to squeeze, positions to unsqueeze) of a basic index expression."""
     if not isinstance(idx, tuple):
         idx = (idx,)
-    n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
+    n_real = builtins.sum(1 for i in idx if i is not None and i is not Ellipsis)
     if n_real > x.ndim:
         raise ShapeError(f"too many indices ({n_real}) for a tensor of rank {x.ndim}")
     if any(i is Ellipsis for i in idx):
@@ -196,12 +197,12 @@ def _parse_index(x: Tensor, idx):
             if isinstance(stop, int) and stop < 0:
                 stop = stop + size
             if isinstance(start, int) and isinstance(size, int):
-                start = min(start, size)
+                start = builtins.min(start, size)
             offsets.append(start)
             # written as min(stop - start, size - start) so that x[i*64 : i*64 + 64] has the same
             # symbolic size as pypto.min(64, n - i*64)
             length = sym.min_given_ranges(sym.simplify(stop - start), sym.simplify(size - start), ctx.loop_ranges)
-            sizes.append(max(length, 0) if isinstance(length, int) else length)
+            sizes.append(builtins.max(length, 0) if isinstance(length, int) else length)
             out_pos += 1
         else:
             v = _index_value(i)
@@ -313,3 +314,11 @@ def size_min(*xs):
 
 def size_max(*xs):
     return sym.smax(*xs)
+
+
+# the op families, re-exported so that ``pypto.<name>`` and Tensor methods find them here
+# (they shadow builtins sum/max/min in this module: code above spells those ``builtins.``)
+from .api_reduce import *  # noqa: E402,F401,F403
+from .api_matmul import *  # noqa: E402,F401,F403
+from .api_shape import *  # noqa: E402,F401,F403
+from .api_norm import *  # noqa: E402,F401,F403

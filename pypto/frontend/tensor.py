@@ -143,6 +143,17 @@ METHODS = {
     "eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
     "logical_and": "logical_and", "logical_or": "logical_or",
     "to": "cast", "cast": "cast", "view": "reshape", "reshape": "reshape",
+    "remainder": "remainder", "gelu": "gelu", "silu": "silu", "softplus": "softplus", "where": "where",
+    # reductions and scans
+    "sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin", "prod": "prod", "var": "var",
+    "argmax": "argmax", "argmin": "argmin", "max": "max", "min": "min", "cumsum": "cumsum",
+    # matmul and normalisations
+    "matmul": "matmul", "mm": "mm", "bmm": "bmm", "softmax": "softmax", "log_softmax": "log_softmax",
+    # shapes
+    "transpose": "transpose", "t": "t", "permute": "permute", "unsqueeze": "unsqueeze", "squeeze": "squeeze",
+    "flatten": "flatten", "expand": "expand", "expand_as": "expand_as", "broadcast_to": "broadcast_to",
+    "split": "split", "chunk": "chunk", "tril": "tril", "triu": "triu", "gather": "gather",
+    "index_select": "index_select", "masked_fill": "masked_fill",
 }
 for _name, _fn in METHODS.items():
     setattr(Tensor, _name, _method(_fn))
@@ -152,12 +163,23 @@ Tensor.__abs__ = _method("abs")
 Tensor.__invert__ = _method("logical_not")
 Tensor.__getitem__ = _method("getitem")
 Tensor.__setitem__ = _method("setitem")
+Tensor.T = property(lambda self: _method("permute")(self, *reversed(range(self.ndim))))
+Tensor.mT = property(lambda self: _method("transpose")(self, -2, -1))
+Tensor.contiguous = lambda self: self
+Tensor.numel = lambda self: _numel(self.shape)
 Tensor.float = lambda self: _method("cast")(self, dtypes.float32)
 Tensor.half = lambda self: _method("cast")(self, dtypes.float16)
 Tensor.bfloat16 = lambda self: _method("cast")(self, dtypes.bfloat16)
 Tensor.int = lambda self: _method("cast")(self, dtypes.int32)
 Tensor.long = lambda self: _method("cast")(self, dtypes.int64)
 Tensor.bool = lambda self: _method("cast")(self, dtypes.bool_)
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n = symbolic.simplify(n * d)
+    return n
 
 
 def is_tensor(x) -> bool:

@@ -31,6 +31,9 @@ class OpDef:
     tiling: object = None      # how an output tile maps to input tiles (filled by passes/tiling)
     lower: object = None       # Block IR lowering (filled by the lowering layer)
     extra: dict = field(default_factory=dict)
+    # total FLOPs of one application when not flops x numel(out) (reductions, matmul):
+    # (inputs: list[ValueInfo], attrs, out: ValueInfo) -> int or sympy expression
+    flops_fn: Callable | None = None
 
 
 REGISTRY: dict[str, OpDef] = {}
@@ -41,6 +44,20 @@ def register(op: OpDef) -> OpDef:
         raise ValueError(f"op {op.name} registered twice")
     REGISTRY[op.name] = op
     return op
+
+
+def numel(shape):
+    n = 1
+    for d in shape:
+        n = n * d
+    return n
+
+
+def op_flops(op: OpDef, inputs: list, attrs: dict, out) -> object:
+    """Total FLOPs of one application of ``op`` (symbolic when sizes are)."""
+    if op.flops_fn is not None:
+        return op.flops_fn(inputs, attrs, out)
+    return op.flops * numel(out.shape)
 
 
 def get_op(name: str) -> OpDef:
