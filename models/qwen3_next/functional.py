@@ -1,0 +1,249 @@
+"""Torch-in, torch-out entry points with flash-linear-attention's signatures, running the pypto
+kernels of ``kernels.py`` through ``pypto.jit``.
+
+Each entry point validates its arguments (a ``GDNArgumentError``, which is both a
+``pypto.ShapeError`` naming the caller's line and a ``ValueError`` as fla raises), prepares the
+state buffers on the host and calls one compiled function per static configuration; the
+sequence length is a dynamic size, so one compilation serves every T.
+
+Variable-length batches (``cu_seqlens``): the sequence lengths must be run-time sizes, but pypto
+sizes come from argument shapes, so the lengths travel as the shape of an empty "length carrier"
+tensor ``[L_0, ..., L_{N-1}, 0]``. One compilation then serves every batch with the same number
+of (non-empty) sequences; empty sequences never reach the kernel (their final state is their
+initial state).
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+
+import pypto
+from pypto.frontend.tensor import TensorSpec
+
+from . import kernels
+from .reference import _check_gdn_inputs
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class GDNArgumentError(pypto.ShapeError, ValueError):
+    """Bad arguments to a Gated DeltaNet entry point (shape, layout, option)."""
+
+
+def _caller_loc():
+    """The innermost frame outside this package and pypto: the line that called the entry point."""
+    import sys
+    from pypto.errors import SourceLoc, _is_internal
+    f = sys._getframe(1)
+    while f is not None:
+        name = os.path.abspath(f.f_code.co_filename)
+        if not name.startswith(_HERE + os.sep) and not _is_internal(name):
+            return SourceLoc(name, f.f_lineno, f.f_code.co_name)
+        f = f.f_back
+    return None
+
+
+def _fail(message: str):
+    raise GDNArgumentError(message, loc=_caller_loc())
+
+
+class KernelFunction(pypto.JitFunction):
+    """``pypto.jit`` with the dynamic dims chosen per argument name (``dynamic={"q": (1,)}``, or
+    "leading" for all dims but the last): those dims become size symbols, every other dim of a
+    tensor argument is static."""
+
+    def __init__(self, fn, dynamic: dict, **options):
+        super().__init__(fn, **options)
+        self.dynamic = dynamic
+
+    def arg_spec(self, pname, value):
+        dims = self.dynamic.get(pname)
+        if dims is None:
+            return None
+        dims = range(value.dim() - 1) if dims == "leading" else dims
+        shape = tuple(pypto.DYNAMIC if i in dims else n for i, n in enumerate(value.shape))
+        return TensorSpec(shape, None)
+
+
+_functions: dict = {}
+
+
+def kernel_function(name: str, backend: Optional[str] = None, **options) -> KernelFunction:
+    """The compiled function behind entry point ``name`` ("chunk", "recurrent", "conv", "conv_update")
+    for a backend (None: pypto's current default) and jit options (e.g. timing_only=True)."""
+    key = (name, backend, tuple(sorted(options.items())))
+    fn = _functions.get(key)
+    if fn is None:
+        body, dynamic = _ENTRIES[name]
+        fn = _functions[key] = KernelFunction(body, dynamic, backend=backend, name=f"gdn_{name}", **options)
+    return fn
+
+
+# ----------------------------------------------------------------------------------------------
+# Traced bodies (one per entry point)
+# ----------------------------------------------------------------------------------------------
+
+def _sequences(q, lengths, state_rows):
+    """[(batch row, state row, start, length)] for the kernels; all batch rows at once without
+    cu_seqlens."""
+    if lengths is None:
+        return [(None, 0, 0, q.shape[1])]
+    out, start = [], 0
+    for n, row in enumerate(state_rows):
+        out.append((0, row, start, lengths.shape[n]))
+        start = start + lengths.shape[n]
+    return out
+
+
+def _chunk_body(q, k, v, g, beta, state, o, lengths, state_rows, scale, chunk_size, use_qk_l2norm):
+    kernels.chunk_gated_delta_rule(q, k, v, g, beta, state, o, _sequences(q, lengths, state_rows),
+                                   scale=scale, chunk_size=chunk_size, use_qk_l2norm=use_qk_l2norm)
+
+
+def _recurrent_body(q, k, v, g, beta, state, o, lengths, state_rows, scale, use_qk_l2norm):
+    kernels.recurrent_gated_delta_rule(q, k, v, g, beta, state, o, _sequences(q, lengths, state_rows),
+                                       scale=scale, use_qk_l2norm=use_qk_l2norm)
+
+
+def _conv_body(x, weight, bias, history, activation, output_final_state):
+    y, final = kernels.causal_conv1d(x, weight, bias, history, activation=activation)
+    y = pypto.cast(y, x.dtype)
+    if output_final_state:
+        return y, pypto.cast(final, x.dtype)
+    return y
+
+
+def _conv_update_body(x, conv_state, weight, bias, activation):
+    return pypto.cast(kernels.causal_conv1d_update(x, conv_state, weight, bias, activation=activation), x.dtype)
+
+
+_TIME = (1,)
+_ENTRIES = {
+    "chunk": (_chunk_body, {n: _TIME for n in ("q", "k", "v", "g", "beta", "o")} | {"lengths": "leading"}),
+    "recurrent": (_recurrent_body, {n: _TIME for n in ("q", "k", "v", "g", "beta", "o")} | {"lengths": "leading"}),
+    "conv": (_conv_body, {"x": _TIME}),
+    "conv_update": (_conv_update_body, {}),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# Gated delta rule
+# ----------------------------------------------------------------------------------------------
+
+def _run_rule(name, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
+              use_qk_l2norm_in_kernel, backend, extra):
+    try:
+        d = _check_gdn_inputs(q, k, v, g, beta, initial_state, cu_seqlens)
+    except ValueError as e:
+        _fail(str(e))
+    if scale is None:
+        scale = d.K ** -0.5
+    if initial_state is None:
+        state = torch.zeros(d.N, d.HV, d.K, d.V, dtype=torch.float32)
+    else:
+        state = initial_state.detach().to(torch.float32, copy=True).contiguous()
+    o = torch.zeros(v.shape, dtype=v.dtype)
+    lengths, state_rows = None, None
+    if cu_seqlens is not None:
+        cu = [int(c) for c in torch.as_tensor(cu_seqlens).tolist()]
+        state_rows = tuple(n for n in range(d.N) if cu[n + 1] > cu[n])
+        lengths = torch.empty([cu[n + 1] - cu[n] for n in state_rows] + [0])
+    if d.T > 0 and (state_rows is None or state_rows):
+        fn = kernel_function(name, backend)
+        fn(*(x.contiguous() for x in (q, k, v, g, beta)), state, o, lengths, state_rows, float(scale),
+           *extra, bool(use_qk_l2norm_in_kernel))
+    return o, (state if output_final_state else None)
+
+
+def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                           beta: torch.Tensor, scale: Optional[float] = None,
+                           initial_state: Optional[torch.Tensor] = None, output_final_state: bool = False,
+                           cu_seqlens: Optional[torch.Tensor] = None, use_qk_l2norm_in_kernel: bool = False,
+                           chunk_size: int = 64, *, backend: Optional[str] = None):
+    """Chunked gated delta rule (prefill), fla's signature.
+
+    q, k [B, T, H, K]; v [B, T, HV, V] (HV a multiple of H); g (log decay, <= 0) and beta
+    [B, T, HV]; initial_state [N, HV, K, V]; cu_seqlens [N + 1] with B = 1 packs N sequences.
+    Returns (o [B, T, HV, V] in v's dtype, final state [N, HV, K, V] fp32 or None).
+    """
+    if not isinstance(chunk_size, int) or chunk_size <= 0:
+        _fail(f"chunk_size must be a positive int, got {chunk_size!r}")
+    return _run_rule("chunk", q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
+                     use_qk_l2norm_in_kernel, backend, (chunk_size,))
+
+
+def fused_recurrent_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                                     beta: torch.Tensor, scale: Optional[float] = None,
+                                     initial_state: Optional[torch.Tensor] = None, output_final_state: bool = False,
+                                     cu_seqlens: Optional[torch.Tensor] = None,
+                                     use_qk_l2norm_in_kernel: bool = False, *, backend: Optional[str] = None):
+    """Token-by-token gated delta rule (decode); same arguments and results as
+    ``chunk_gated_delta_rule`` (without chunk_size)."""
+    return _run_rule("recurrent", q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
+                     use_qk_l2norm_in_kernel, backend, ())
+
+
+# ----------------------------------------------------------------------------------------------
+# Short causal convolution
+# ----------------------------------------------------------------------------------------------
+
+_ACTIVATIONS = ("silu", "swish", None)
+
+
+def _conv_weight(weight, D):
+    if weight.dim() == 3 and weight.shape[1] == 1:          # HF / torch Conv1d layout [D, 1, W]
+        weight = weight[:, 0]
+    if weight.dim() != 2 or weight.shape[0] != D:
+        _fail(f"weight must be [D={D}, W], got shape {tuple(weight.shape)}")
+    return weight.contiguous()
+
+
+def _check_bias_activation(bias, D, activation):
+    if activation not in _ACTIVATIONS:
+        _fail(f"activation must be 'silu', 'swish' or None, got {activation!r}")
+    if bias is not None and tuple(bias.shape) != (D,):
+        _fail(f"bias must be [D={D}], got shape {tuple(bias.shape)}")
+
+
+def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+                  activation: Optional[str] = "silu", initial_state: Optional[torch.Tensor] = None,
+                  output_final_state: bool = False, *, backend: Optional[str] = None):
+    """Depthwise causal conv over time, channels last: x [B, T, D], weight [D, W] (or [D, 1, W]),
+    initial_state [B, D, W-1] (the inputs before x, oldest first). Returns (y [B, T, D] in x's
+    dtype, final state [B, D, W-1] in x's dtype or None)."""
+    if x.dim() != 3:
+        _fail(f"x must be [B, T, D] (channels last), got shape {tuple(x.shape)}")
+    B, T, D = x.shape
+    weight = _conv_weight(weight, D)
+    W = weight.shape[1]
+    _check_bias_activation(bias, D, activation)
+    if initial_state is not None and tuple(initial_state.shape) != (B, D, W - 1):
+        _fail(f"initial_state must be [B, D, W-1] = {(B, D, W - 1)}, got {tuple(initial_state.shape)}")
+    want_final = bool(output_final_state) and W > 1
+    fn = kernel_function("conv", backend)
+    out = fn(x.contiguous(), weight, bias, None if initial_state is None else initial_state.contiguous(),
+             activation, want_final)
+    y, final = out if want_final else (out, None)
+    if output_final_state and W == 1:
+        final = x.new_zeros(B, D, 0)
+    return y, final
+
+
+def causal_conv1d_update(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
+                         bias: Optional[torch.Tensor] = None, activation: Optional[str] = "silu",
+                         *, backend: Optional[str] = None) -> torch.Tensor:
+    """One decode step: x [B, D]; conv_state [B, D, S >= W-1] (oldest first) is shifted left with x
+    appended, in place. Returns y [B, D] in x's dtype."""
+    if x.dim() != 2:
+        _fail(f"x must be [B, D] (one token), got shape {tuple(x.shape)}")
+    B, D = x.shape
+    weight = _conv_weight(weight, D)
+    W = weight.shape[1]
+    _check_bias_activation(bias, D, activation)
+    if conv_state.dim() != 3 or tuple(conv_state.shape[:2]) != (B, D) or conv_state.shape[2] < W - 1:
+        _fail(f"conv_state must be [B={B}, D={D}, S >= W-1={W - 1}], got {tuple(conv_state.shape)}")
+    if not conv_state.is_contiguous():
+        _fail("conv_state must be contiguous (it is updated in place)")
+    return kernel_function("conv_update", backend)(x.contiguous(), conv_state, weight, bias, activation)
