@@ -11,6 +11,7 @@ import torch
 from .. import dtypes, symbolic as sym
 from ..errors import PyptoError, ShapeError, TypeMismatchError, user_location
 from ..ops.registry import get_op
+from ..passes.hints import stamp as _stamp_hints
 from . import context as ctx
 from .tensor import Tensor
 
@@ -22,7 +23,9 @@ def emit(op: str, inputs: list, attrs: dict | None = None) -> Tensor:
     ids = [ctx.resolve(t._graph, t._node) for t in inputs]
     infos = [g.info(i) for i in ids]
     attrs = dict(attrs or {})
-    out = get_op(op).infer(infos, attrs)
+    op_def = get_op(op)
+    out = op_def.infer(infos, attrs)
+    _stamp_hints(op_def, attrs, infos, out)      # the active tiling hints (pypto/passes/hints.py)
     return Tensor._wrap(g, g.add_node(op, ids, attrs, out, user_location()))
 
 
