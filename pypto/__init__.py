@@ -11,6 +11,8 @@ from .frontend.jit import jit, last_report, JitFunction
 from .frontend.control import loop
 from .frontend.api import *  # noqa: F401,F403  the traced op functions
 from .frontend.api import min, max, view, assemble, getitem, setitem  # min/max: torch's on tensors, on sizes too
+from .creation import randn, rand, zeros, ones, full, from_torch  # concrete outside a trace, traced inside
+from .nn import Module, Parameter
 from .ops import load_all as _load_ops
 
 _load_ops()
