@@ -1,0 +1,220 @@
+"""The ``sim`` backend: runs an ExecutionGraph on a simulated machine (MachineSpec) — functional
+results on torch tensors, a per-pipe timing model with shared HBM, MPMD scheduling, checks that name
+the instruction and the user's line, a Report and an optional Chrome trace.
+
+    outputs, report = pypto.runtime.sim.run(graph, {"x": x}, {"M": 77})
+    outputs, report = pypto.runtime.sim.run_kernel(kernel, {"x": x, "y": y}, {"r0": 0}, block_dim=4)
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import torch
+
+from ...errors import SimError
+from ...ir.block import CoreType, Kernel
+from ...ir.execution import Buffer, ExecutionGraph, Task
+from ...machine import MachineSpec, get_machine, load_machine
+from ...symbolic import evaluate
+from ..report import Report, set_last_report
+from .control import expand, kernel_accesses
+from .deps import Geometry
+from .engine import SimState
+from .launch import Launcher
+from .scheduler import POLICIES, Scheduler
+from .trace import write_trace
+
+__all__ = ["run", "run_kernel", "POLICIES"]
+
+
+def _machine(machine) -> MachineSpec:
+    if machine is None:
+        return get_machine()
+    if isinstance(machine, MachineSpec):
+        return machine
+    return load_machine(machine)
+
+
+def _bind_env(graph: ExecutionGraph, args: dict, env: dict) -> dict:
+    """Size symbols by name: the caller's, plus any a bare-symbol dim of an input's shape gives."""
+    out = {str(getattr(k, "name", k)): int(v) for k, v in (env or {}).items()}
+    for name, t in args.items():
+        b = graph.buffers.get(name)
+        if b is None or not hasattr(t, "shape") or b.view_of is not None:
+            continue
+        if len(t.shape) != len(b.shape):
+            raise SimError(f"argument '{name}' has shape {list(t.shape)}, the program's buffer is "
+                           f"{len(b.shape)}-d {list(b.shape)}")
+        for d, a in zip(b.shape, t.shape):
+            if hasattr(d, "is_Symbol") and d.is_Symbol:
+                if d.name in out and out[d.name] != a:
+                    raise SimError(f"size {d.name} is {out[d.name]} but argument '{name}' has {a} there "
+                                   f"(shape {list(t.shape)})")
+                out.setdefault(d.name, int(a))
+    return out
+
+
+def _poison(shape, dtype) -> torch.Tensor:
+    if dtype.is_floating_point:
+        return torch.full(shape, float("nan"), dtype=dtype)
+    return torch.zeros(shape, dtype=dtype)
+
+
+def _tensors(graph, args, shapes, env, timing_only):
+    """GM tensors by buffer name (shapes only in timing-only mode), the views' byte offsets, and the
+    (user tensor, our contiguous copy) pairs to copy back at the end."""
+    for name in args:
+        if name not in graph.buffers:
+            raise SimError(f"argument '{name}' is not a buffer of the program (buffers: {', '.join(graph.buffers)})")
+    tensors, views, copy_back = {}, {}, []
+
+    def base_of(name):
+        b = graph.buffers[name]
+        off = 0
+        while b.view_of is not None:
+            base = graph.buffers[b.view_of]
+            off += evaluate(b.view_offset, env) * base.dtype.itemsize
+            b = base
+        return b.name, off
+
+    for name, b in graph.buffers.items():
+        if b.view_of is not None:
+            views[name] = base_of(name)
+            continue
+        shape = shapes[name]
+        t = args.get(name)
+        if timing_only:
+            tensors[name] = shape
+            continue
+        if t is None:
+            if b.role in ("input", "constant"):
+                raise SimError(f"input '{name}' ({b.dtype}{list(b.shape)}) has no argument")
+            tensors[name] = _poison(shape, b.dtype.torch_dtype)
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise SimError(f"argument '{name}' is a {type(t).__name__}, expected a torch.Tensor")
+        if t.dtype != b.dtype.torch_dtype:
+            raise SimError(f"argument '{name}' is {t.dtype}, the program expects {b.dtype.torch_dtype}")
+        if tuple(t.shape) != shape:
+            raise SimError(f"argument '{name}' has shape {list(t.shape)}, the program expects {list(shape)}")
+        if t.device.type != "cpu":
+            raise SimError(f"argument '{name}' is on {t.device}; the simulator takes CPU tensors")
+        if not t.is_contiguous():
+            c = t.contiguous()
+            copy_back.append((t, c))
+            t = c
+        tensors[name] = t
+    for name, (base, off) in views.items():
+        b = graph.buffers[name]
+        shape = shapes[name]
+        if timing_only:
+            tensors[name] = shape
+            continue
+        raw = tensors[base].reshape(-1).view(torch.uint8)
+        n = math.prod(shape) * b.dtype.itemsize
+        if off < 0 or off + n > raw.numel():
+            raise SimError(f"view '{name}' ({b.dtype}{list(shape)} at byte {off}) runs past its base '{base}'")
+        tensors[name] = raw[off:off + n].view(b.dtype.torch_dtype).view(shape)
+    return tensors, views, copy_back
+
+
+def run(graph: ExecutionGraph, args: dict, env: dict, *, machine=None, timing_only: bool = False,
+        trace=None, policy: str = "fifo", check: bool = True, stitch: int = 1):
+    """Run ``graph`` on the simulated machine.
+
+    args: buffer name -> CPU tensor (inputs; outputs to write in place, optionally); env: size symbol
+    name -> int. timing_only (or env PYPTO_TIMING_ONLY=1): no arithmetic, no tensors — outputs come
+    back as meta tensors. trace (or env PYPTO_TRACE): path of a Chrome-trace JSON to write. policy:
+    "fifo" or "locality". check: the race / clobber / event checks. stitch: loop iterations per
+    submission of the control program. Returns ({output name: tensor}, Report).
+    """
+    wall0 = time.perf_counter()
+    spec = _machine(machine)
+    timing_only = bool(timing_only) or os.environ.get("PYPTO_TIMING_ONLY", "") not in ("", "0")
+    trace = trace or os.environ.get("PYPTO_TRACE") or None
+    args = dict(args or {})
+    env = _bind_env(graph, args, env)
+    shapes = {}
+    for name, b in graph.buffers.items():
+        shapes[name] = tuple(evaluate(d, env) for d in b.shape)
+    tensors, views, copy_back = _tensors(graph, args, shapes, env, timing_only)
+    geo = Geometry(shapes, {n: b.dtype.itemsize for n, b in graph.buffers.items()}, views)
+    instances, batches, _ = expand(graph, env, geo, stitch)
+
+    state = SimState(spec, functional=not timing_only, check=check, trace=bool(trace))
+    launcher = Launcher(state, graph, tensors, env, spec)
+    sched = Scheduler(state, spec, launcher, policy)
+    cycles = sched.run(batches)
+
+    for user, ours in copy_back:
+        user.copy_(ours)
+    outputs = {}
+    for name in graph.outputs:
+        if timing_only:
+            outputs[name] = torch.empty(shapes[name], dtype=graph.buffers[name].dtype.torch_dtype, device="meta")
+        else:
+            outputs[name] = args[name] if name in args else tensors[name]
+    report = _report(graph, spec, state, shapes, cycles, len(instances), timing_only)
+    if trace:
+        report.trace_file = write_trace(str(trace), state, spec, sched.dispatch_slices)
+    report.wall_s = time.perf_counter() - wall0
+    set_last_report(report)
+    return outputs, report
+
+
+def _report(graph, spec, state, shapes, cycles, n_tasks, timing_only) -> Report:
+    def nbytes(name):
+        return math.prod(shapes[name]) * graph.buffers[name].dtype.itemsize
+    min_bytes = sum(nbytes(n) for n in set(graph.inputs)) + sum(nbytes(n) for n in set(graph.outputs))
+    hbm_cycles = min_bytes / spec.hbm_bytes_per_cycle
+    cube_cycles = state.cube_cycles / max(1, spec.num_aic)
+    vec_cycles = state.vec_cycles / max(1, spec.num_aiv)
+    terms = {"cube": cube_cycles, "vector": vec_cycles, "hbm": hbm_cycles}
+    bound_by = max(terms, key=terms.get)
+    bound = terms[bound_by]
+    util = {}
+    for kind, cores in ((CoreType.AIC, state.aic), (CoreType.AIV, state.aiv)):
+        if cycles <= 0 or not cores:
+            continue
+        denom = cycles * len(cores)
+        entry = {"core": sum(c.task_busy for c in cores) / denom}
+        from .timing import PIPES
+        for i, p in enumerate(PIPES):
+            busy = sum(c.busy[i] for c in cores)
+            if busy > 0:
+                entry[str(p)] = busy / denom
+        if entry["core"] > 0:
+            util[str(kind)] = entry
+    return Report(backend="sim", machine=spec.name, cycles=cycles, time_us=spec.cycles_to_us(cycles),
+                  roofline_us=spec.cycles_to_us(bound), roofline_fraction=(bound / cycles if cycles > 0 else None),
+                  bound_by=bound_by, flops=state.cube_flops + state.vec_ops, cube_flops=state.cube_flops,
+                  vector_ops=state.vec_ops, gm_bytes=state.gm_bytes, min_gm_bytes=min_bytes,
+                  l2_hit_bytes=state.gmem.l2_hit_bytes, tasks=n_tasks, blocks=state.blocks,
+                  instructions=state.n_instr, utilization=util, timing_only=timing_only)
+
+
+def run_kernel(kernel: Kernel, args: dict, scalars: dict | None = None, block_dim: int = 1, **options):
+    """One launch of ``kernel`` over ``block_dim`` cores: a one-task ExecutionGraph whose buffers are the
+    kernel's GM params (shapes from ``args``). Params the kernel stores to are the outputs; the rest
+    are inputs. Same options as ``run``."""
+    params = {}
+    for b in kernel.blocks:
+        for g in b.gm_params:
+            params.setdefault(g.name, g)
+    _, stores = kernel_accesses(kernel)
+    buffers = {}
+    env = {}
+    for name, g in params.items():
+        t = args.get(name)
+        if t is None:
+            raise SimError(f"run_kernel: no argument for GM param '{name}' of kernel {kernel.name}", loc=kernel.loc)
+        shape = tuple(t.shape) if hasattr(t, "shape") else tuple(t)
+        role = "output" if name in stores else "input"
+        buffers[name] = Buffer(name, shape, g.dtype, role)
+    task = Task(kernel.name, {n: n for n in params}, dict(scalars or {}), block_dim, loc=kernel.loc, name=kernel.name)
+    graph = ExecutionGraph({kernel.name: kernel}, buffers, [n for n in params if n not in stores],
+                           [n for n in params if n in stores], [task])
+    tensor_args = {n: t for n, t in args.items() if isinstance(t, torch.Tensor)}
+    return run(graph, tensor_args, env, **options)

@@ -1,0 +1,436 @@
+"""A core of the machine, and one block instance running on it.
+
+``Core`` owns the byte buffers of its memory spaces (capacity from the MachineSpec; they persist
+from task to task like the hardware's, and are filled with 0xFF — NaN for floats — before each
+task, so a read of never-written data shows). ``CoreRun`` is one block instance on a core:
+
+* the scalar unit walks the program (the compiled generator) and issues each statement, one per
+  ``scalar_issue_cycles``, into the in-order queue of its pipe; it never waits, except at a full
+  barrier (``pipe_barrier`` on the S pipe = PIPE_ALL);
+* an instruction starts when its pipe is free (and it was issued) and occupies it for its cost;
+  ``set_flag(src, dst, ev)`` fires when src's earlier instructions have completed (it does not hold
+  src); ``wait_flag`` holds dst until the matching set fired; ``pipe_barrier(p)`` holds p until
+  p's earlier instructions completed;
+* statements are *processed* in program order, except that a pipe blocked on a wait whose set has
+  not been processed yet queues its later statements until the set arrives. That order respects
+  every set/wait chain, so it is a valid order for the functional execution and for the checks.
+
+Checks (``check=True``):
+* races — vector clocks per pipe (a set carries its pipe's clock, a wait joins it); every tile access
+  records (pipe, epoch); an access that conflicts with another pipe's access (write/read, read/write,
+  write/write) over overlapping bytes that its clock does not cover is a race;
+* clobbered live tiles — a write to a tile marks the other tiles sharing bytes with it as clobbered;
+  reading a clobbered tile (before it is written again) means two live buffers overlap;
+* event ids — a set on an event whose previous set has not been waited yet is a reuse while live;
+  a set left unwaited when the block ends is unbalanced; a wait that nothing sets is a deadlock.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import torch
+
+from ...errors import SimError
+from .functional import execute, gm_index, make_views, operand_shapes
+from .program import BARRIER, INSTR, SET, WAIT, XSET, XWAIT, CROSS_CORE_FLAGS
+from .timing import NPIPES, PIPES, S_PIPE
+
+POISON = 0xFF
+
+
+class Core:
+    def __init__(self, kind, index: int, spec):
+        self.kind, self.index = kind, index
+        self.name = f"{kind}{index}"
+        self.spec = spec
+        self.buffers: dict = {}
+        self._views: dict = {}
+        self.busy = [0.0] * NPIPES
+        self.task_busy = 0.0
+        self.last_task = None
+
+    def views(self, cb):
+        hit = self._views.get(id(cb))
+        if hit is None or hit[0] is not cb:
+            for space in cb.spaces:
+                if space not in self.buffers:
+                    cap = self.spec.capacity[space.capacity_key]
+                    self.buffers[space] = torch.full((cap,), POISON, dtype=torch.uint8)
+            hit = (cb, make_views(self.buffers, cb))
+            self._views[id(cb)] = hit
+        for space in cb.spaces:
+            self.buffers[space].fill_(POISON)
+        return hit[1]
+
+
+class CoreRun:
+    def __init__(self, unit, core: Core, cb, env: dict, gm: dict, t0: float, functional: bool, check: bool):
+        self.unit, self.core, self.cb = unit, core, cb
+        self.free = [t0] * NPIPES
+        self.done = [t0] * NPIPES
+        self.issue = t0
+        self.scalar_cycles = unit.scalar_cycles
+        self.pending = [None] * NPIPES
+        self.npending = 0
+        self.draining = [False] * NPIPES
+        self.flags: dict = {}
+        self.xq = [deque() for _ in range(CROSS_CORE_FLAGS)]
+        self.xin = None          # on the cube core of a cluster: per flag, per vector sub-block
+        self.partners: list = []
+        self.sub = 0
+        self.stalled = None
+        self.finished = False
+        self.walker = cb.walk(env)
+        self.gm = gm
+        self.functional = functional
+        self.check = check
+        self.views = core.views(cb) if functional else None
+        self.trace = unit.trace_events
+        self.busy = core.busy
+        if check:
+            n = len(cb.tile_list)
+            self.vc = [[1 if i == p else 0 for i in range(NPIPES)] for p in range(NPIPES)]
+            self.w_pipe = [-1] * n
+            self.w_clk = [0] * n
+            self.w_op = [None] * n
+            self.r_clk = [[0] * NPIPES for _ in range(n)]
+            self.r_op = [[None] * NPIPES for _ in range(n)]
+            self.clobber = [None] * n
+            self.overlaps = cb.overlaps
+
+    # ------------------------------------------------------------------ the scalar unit
+    def step(self, budget: int) -> int:
+        """Issue up to ``budget`` statements; returns how many were issued."""
+        n = 0
+        walker = self.walker
+        feed = self.feed
+        for cop, vals in walker:
+            feed(cop, vals)
+            n += 1
+            if n >= budget or self.stalled is not None:
+                return n
+        self.finished = True
+        return n
+
+    def run_alone(self):
+        feed = self.feed
+        for cop, vals in self.walker:
+            feed(cop, vals)
+            if self.stalled is not None:
+                self.unit.deadlock([self])
+        self.finished = True
+        if self.npending:
+            self.unit.deadlock([self])
+
+    def feed(self, cop, vals):
+        self.issue += self.scalar_cycles
+        p = cop.pipe
+        if cop.kind == INSTR:
+            if self.pending[p] is None:
+                self.instr(cop, vals, self.issue)
+            else:
+                self.pending[p].append((cop, vals, self.issue))
+                self.npending += 1
+            return
+        kind = cop.kind
+        if kind == BARRIER and p == S_PIPE:
+            if self.npending:
+                self.stalled = (cop, vals, self.issue)
+            else:
+                self.full_barrier(cop)
+            return
+        if self.pending[p] is not None:
+            self.pending[p].append((cop, vals, self.issue))
+            self.npending += 1
+            return
+        if kind == WAIT:
+            if not self.try_wait(cop, self.issue):
+                self.pending[p] = deque([(cop, vals, self.issue)])
+                self.npending += 1
+        elif kind == XWAIT:
+            if not self.try_xwait(cop, self.issue):
+                self.pending[p] = deque([(cop, vals, self.issue)])
+                self.npending += 1
+        else:
+            self.process(cop, vals, self.issue)
+
+    def process(self, cop, vals, issue):
+        kind = cop.kind
+        if kind == INSTR:
+            self.instr(cop, vals, issue)
+        elif kind == SET:
+            self.set_flag(cop, issue)
+        elif kind == BARRIER:
+            p = cop.pipe
+            t = max(self.done[p], self.free[p], issue)
+            self.free[p] = self.done[p] = t
+        elif kind == XSET:
+            self.cross_set(cop, issue)
+        else:
+            raise AssertionError(cop.text)
+
+    def drain(self, q: int):
+        """Process the queued statements of pipe q until it blocks again."""
+        if self.draining[q]:
+            return
+        self.draining[q] = True
+        try:
+            pend = self.pending[q]
+            while pend:
+                cop, vals, issue = pend[0]
+                if cop.kind == WAIT:
+                    if not self.try_wait(cop, issue):
+                        return
+                elif cop.kind == XWAIT:
+                    if not self.try_xwait(cop, issue):
+                        return
+                    pend.popleft()
+                    self.npending -= 1
+                    continue
+                else:
+                    pend.popleft()
+                    self.npending -= 1
+                    self.process(cop, vals, issue)
+                    continue
+                pend.popleft()
+                self.npending -= 1
+            self.pending[q] = None
+        finally:
+            self.draining[q] = False
+        if self.stalled is not None and not self.npending:
+            cop, vals, issue = self.stalled
+            self.stalled = None
+            self.full_barrier(cop)
+
+    # ------------------------------------------------------------------ instructions
+    def instr(self, cop, vals, issue):
+        p = cop.pipe
+        free = self.free
+        start = free[p]
+        if issue > start:
+            start = issue
+        m = cop.static
+        if m is None:
+            if cop.dynamic_valid:
+                operand_shapes(cop, vals)
+            m = cop.measure(vals)
+        occ, nbytes, port, flops, vec = m
+        unit = self.unit
+        if nbytes:
+            if not self.functional:
+                gm_index(cop, vals, self.gm[cop.gm_param])
+            gmm = unit.gmem
+            write = cop.region == "store"
+            hit = gmm.l2_lookup((self.gm_names[cop.gm_param], cop.trans, vals), nbytes, write)
+            end = gmm.transfer(start + occ, nbytes, port, hit)
+            done = end + unit.gm_latency
+            unit.gm_bytes += nbytes
+        else:
+            end = start + occ
+            done = end
+        free[p] = end
+        if done > self.done[p]:
+            self.done[p] = done
+        self.busy[p] += end - start
+        unit.n_instr += 1
+        if flops:
+            unit.cube_flops += flops
+            unit.cube_cycles += vec
+        elif vec:
+            unit.vec_cycles += vec
+            unit.vec_ops += vals[0] * vals[1]
+        if self.check:
+            self.race_check(cop)
+        if self.functional:
+            execute(self.views, self.gm, cop, vals)
+        if self.trace is not None:
+            self.trace.append((self.core.name, p, start, end, cop))
+
+    # ------------------------------------------------------------------ flags
+    def set_flag(self, cop, issue):
+        src = cop.pipe
+        t = self.done[src]
+        if issue > t:
+            t = issue
+        key = cop.key
+        dq = self.flags.get(key)
+        if dq is None:
+            dq = self.flags[key] = deque()
+        elif dq and self.pending[cop.other] is None:
+            prev = dq[0][2]
+            raise SimError(f"event reused while live: {cop.where()} sets {_ev(key)} again, but the set by "
+                           f"{prev.where()} has not been waited yet", loc=cop.loc,
+                           hint="use another event id, or wait_flag before setting it again")
+        snap = tuple(self.vc[src]) if self.check else None
+        dq.append((t, snap, cop))
+        if self.check:
+            self.vc[src][src] += 1
+        dst = cop.other
+        if self.pending[dst] is not None:
+            self.drain(dst)
+
+    def try_wait(self, cop, issue) -> bool:
+        dq = self.flags.get(cop.key)
+        if not dq:
+            return False
+        t_set, snap, setop = dq.popleft()
+        p = cop.pipe
+        t = self.free[p]
+        if issue > t:
+            t = issue
+        if t_set > t:
+            t = t_set
+        if dq and dq[0][0] < t:
+            later = dq[0][2]
+            raise SimError(f"event reused while live: {later.where()} set {_ev(cop.key)} at cycle "
+                           f"{dq[0][0]:.0f}, before {cop.where()} consumed the earlier set by "
+                           f"{setop.where()} (cycle {t:.0f})", loc=later.loc)
+        self.free[p] = t
+        if t > self.done[p]:
+            self.done[p] = t
+        if self.check:
+            v = self.vc[p]
+            for i in range(NPIPES):
+                if snap[i] > v[i]:
+                    v[i] = snap[i]
+        return True
+
+    def full_barrier(self, cop):
+        t = max(max(self.done), max(self.free), self.issue)
+        self.free = [t] * NPIPES
+        self.done = [t] * NPIPES
+        self.issue = t
+        if self.check:
+            joined = [max(col) for col in zip(*self.vc)]
+            self.vc = [list(joined) for _ in range(NPIPES)]
+            for p in range(NPIPES):
+                self.vc[p][p] += 1
+
+    # cross-core flags (Ascend mode 2): the cube's set reaches every vector sub-block of its cluster;
+    # the cube's counter rises once every vector sub-block has set.
+    def cross_set(self, cop, issue):
+        t = self.done[cop.pipe]
+        if issue > t:
+            t = issue
+        if not self.partners:
+            raise SimError(f"{cop.where()} signals the partner core, but this kernel runs no partner "
+                           f"({self.core.kind} only)", loc=cop.loc)
+        f = cop.flag
+        if self.xin is None:                       # a vector sub-block: towards the cube
+            cube = self.partners[0]
+            cube.xin[f][self.sub].append(t)
+            if all(cube.xin[f]):
+                cube.post_cross(f, max(d.popleft() for d in cube.xin[f]), cop)
+        else:
+            for v in self.partners:
+                v.post_cross(f, t, cop)
+
+    def post_cross(self, f, t, cop):
+        q = self.xq[f]
+        if len(q) >= CROSS_CORE_FLAGS:
+            raise SimError(f"cross-core flag {f} of {self.core.name} set more than {CROSS_CORE_FLAGS} times "
+                           f"without a wait\n  by {cop.where()}", loc=cop.loc)
+        q.append(t)
+        for p in range(NPIPES):
+            pend = self.pending[p]
+            if pend and pend[0][0].kind == XWAIT and pend[0][0].flag == f:
+                self.drain(p)
+
+    def try_xwait(self, cop, issue) -> bool:
+        q = self.xq[cop.flag]
+        if not q:
+            return False
+        t_set = q.popleft()
+        p = cop.pipe
+        t = max(self.free[p], issue, t_set)
+        self.free[p] = t
+        if t > self.done[p]:
+            self.done[p] = t
+        return True
+
+    # ------------------------------------------------------------------ end of the block
+    def end_time(self) -> float:
+        return max(max(self.done), max(self.free), self.issue)
+
+    def finish_checks(self):
+        for key, dq in self.flags.items():
+            if dq:
+                setop = dq[0][2]
+                raise SimError(f"unbalanced set_flag: {setop.where()} sets {_ev(key)}, which no wait_flag "
+                               f"consumes before the block ends", loc=setop.loc,
+                               hint="every set_flag needs its wait_flag, or the event stays set for the next task")
+        for f, q in enumerate(self.xq):
+            if q:
+                raise SimError(f"cross-core flag {f} of {self.core.name} was set and never waited "
+                               f"(block {self.cb.block.name})", loc=self.cb.block.loc)
+
+    def blocked_report(self) -> list[str]:
+        out = []
+        for p in range(NPIPES):
+            pend = self.pending[p]
+            if pend:
+                cop = pend[0][0]
+                what = ("a set_flag" if cop.kind == WAIT else "a cross-core set")
+                out.append(f"{self.core.name} {PIPES[p]} pipe waits at {cop.where()} for {what} "
+                           f"that is never issued")
+        if self.stalled is not None:
+            out.append(f"{self.core.name} scalar unit waits at {self.stalled[0].where()} for the pipes to drain")
+        return out
+
+    # ------------------------------------------------------------------ race / clobber checks
+    def race_check(self, cop):
+        p = cop.pipe
+        vcp = self.vc[p]
+        w_pipe, w_clk = self.w_pipe, self.w_clk
+        overlaps = self.overlaps
+        for s in cop.reads:
+            if self.clobber[s] is not None:
+                self._clobbered(cop, s)
+            if w_pipe[s] >= 0 and w_pipe[s] != p and vcp[w_pipe[s]] < w_clk[s]:
+                self._race(cop, s, s, "reads", self.w_op[s], "wrote")
+            for o in overlaps[s]:
+                if w_pipe[o] >= 0 and w_pipe[o] != p and vcp[w_pipe[o]] < w_clk[o]:
+                    self._race(cop, s, o, "reads", self.w_op[o], "wrote")
+            self.r_clk[s][p] = vcp[p]
+            self.r_op[s][p] = cop
+        for s in cop.writes:
+            for o in (s,) + overlaps[s]:
+                if w_pipe[o] >= 0 and w_pipe[o] != p and vcp[w_pipe[o]] < w_clk[o]:
+                    self._race(cop, s, o, "writes", self.w_op[o], "wrote")
+                rc = self.r_clk[o]
+                for a in range(NPIPES):
+                    if a != p and rc[a] > vcp[a]:
+                        self._race(cop, s, o, "writes", self.r_op[o][a], "read")
+            w_pipe[s] = p
+            w_clk[s] = vcp[p]
+            self.w_op[s] = cop
+            self.r_clk[s] = [0] * NPIPES
+            self.clobber[s] = None
+            for o in overlaps[s]:
+                self.clobber[o] = cop
+
+    def _race(self, cop, s, o, verb, other, other_verb):
+        tiles = self.cb.tile_list
+        mine, theirs = tiles[s], tiles[o]
+        same = s == o
+        what = f"tile '{mine.name}' {mine.footprint()}" + ("" if same else
+                                                            f", which overlaps tile '{theirs.name}' {theirs.footprint()},")
+        raise SimError(f"race: {cop.where()} {verb} {what} that {other.where()} {other_verb} "
+                       f"with no set_flag/wait_flag chain ordering {other.pipe_enum} before {cop.pipe_enum}",
+                       loc=cop.loc,
+                       hint=f"set_flag({other.pipe_enum}, {cop.pipe_enum}, ev) after the {other.op} and "
+                            f"wait_flag({other.pipe_enum}, {cop.pipe_enum}, ev) before the {cop.op}")
+
+    def _clobbered(self, cop, s):
+        tiles = self.cb.tile_list
+        writer = self.clobber[s]
+        w = tiles[writer.writes[0]]
+        t = tiles[s]
+        raise SimError(f"overlapping live buffers: {cop.where()} reads tile '{t.name}' {t.footprint()}, "
+                       f"but {writer.where()} wrote tile '{w.name}' {w.footprint()} over part of it "
+                       f"since '{t.name}' was last written", loc=cop.loc,
+                       hint="place the two tiles at disjoint addresses, or end one's life before the other starts")
+
+
+def _ev(key) -> str:
+    return f"event {PIPES[key[0]]} -> {PIPES[key[1]]} ev{key[2]}"

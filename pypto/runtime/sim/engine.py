@@ -1,0 +1,106 @@
+"""One simulation: the machine's cores, shared global memory, counters, and running one block
+instance (one core) or one cluster instance (cube + vector sub-blocks with cross-core flags)."""
+from __future__ import annotations
+
+from collections import deque
+
+from ...errors import SimError
+from ...ir.block import BLOCK_IDX, BLOCK_NUM, SUBBLOCK_IDX, CoreType
+from .core import Core, CoreRun
+from .gm import GlobalMemory
+from .program import CROSS_CORE_FLAGS
+from .timing import sim_params
+
+QUANTUM = 64            # statements a cluster member issues before the next member's turn
+MAX_QUEUED = 4096       # statements a core may hold behind blocked pipes before it stops issuing
+
+
+class SimState:
+    def __init__(self, spec, *, functional: bool, check: bool, trace: bool):
+        self.spec = spec
+        self.functional, self.check = functional, check
+        p = sim_params(spec)
+        self.scalar_cycles = p["scalar_issue_cycles"]
+        self.gm_latency = spec.memory.get("gm_latency_cycles", 0)
+        self.gmem = GlobalMemory(spec, p["hbm_bin_cycles"])
+        self.aic = [Core(CoreType.AIC, i, spec) for i in range(spec.num_aic)]
+        self.aiv = [Core(CoreType.AIV, i, spec) for i in range(spec.num_aiv)]
+        self.aiv_per_aic = spec.cores.get("aiv_per_aic", 2)
+        self.trace_events = [] if trace else None
+        self.task_slices = []          # (core name, start, end, label, args)
+        self.n_instr = 0
+        self.gm_bytes = 0
+        self.cube_flops = 0.0
+        self.cube_cycles = 0.0
+        self.vec_cycles = 0.0
+        self.vec_ops = 0.0
+        self.blocks = 0
+
+    def deadlock(self, runs):
+        lines = [line for r in runs for line in r.blocked_report()]
+        first = next((r for r in runs if r.npending or r.stalled), runs[0])
+        loc = None
+        for p in first.pending:
+            if p:
+                loc = p[0][0].loc
+                break
+        raise SimError("deadlock: every pipe that still has work waits for a flag nobody will set\n  "
+                       + "\n  ".join(lines), loc=loc or first.cb.block.loc)
+
+
+def _launch_env(base: dict, block_idx: int, block_num: int, sub: int) -> dict:
+    env = dict(base)
+    env[BLOCK_IDX.name] = block_idx
+    env[BLOCK_NUM.name] = block_num
+    env[SUBBLOCK_IDX.name] = sub
+    return env
+
+
+def run_instance(state: SimState, parts: list, env: dict, gm: dict, gm_names: dict, t0: float,
+                 block_idx: int, block_num: int) -> float:
+    """Run one launch instance from ``t0``; ``parts`` = [(core, compiled block, sub-block index)], the
+    cube part first for a cluster. Returns the time its last pipe finished."""
+    runs = []
+    for core, cb, sub in parts:
+        r = CoreRun(state, core, cb, _launch_env(env, block_idx, block_num, sub), gm, t0,
+                    state.functional, state.check)
+        r.gm_names = gm_names
+        r.sub = sub
+        runs.append(r)
+    state.blocks += 1
+    if len(runs) == 1:
+        runs[0].run_alone()
+    else:
+        cube, vecs = runs[0], runs[1:]
+        if cube.cb.core == CoreType.AIC:
+            cube.partners = vecs
+            cube.xin = [[deque() for _ in vecs] for _ in range(CROSS_CORE_FLAGS)]
+            for v in vecs:
+                v.partners = [cube]
+        _interleave(state, runs)
+    for r in runs:
+        if r.npending or r.stalled is not None:
+            state.deadlock(runs)
+    if state.check:
+        for r in runs:
+            r.finish_checks()
+    return max(r.end_time() for r in runs)
+
+
+def _interleave(state, runs):
+    while True:
+        progress = False
+        live = False
+        for r in runs:
+            if r.finished:
+                continue
+            live = True
+            if r.stalled is not None or r.npending > MAX_QUEUED:
+                continue
+            n = r.step(QUANTUM)
+            if n or r.finished:
+                progress = True
+        if not live:
+            return
+        if not progress:
+            state.deadlock(runs)

@@ -1,0 +1,146 @@
+"""Executing one instruction on a core's buffers: cut every tile operand to the region the instruction
+works on (``REGION_SHAPES``), check the region fits every tile and the GM box fits its tensor, and
+call the instruction's meaning from semantics.py. Tiles are views of the core's byte buffers at
+their addresses, so aliasing tiles see each other's writes exactly as on hardware."""
+from __future__ import annotations
+
+import torch
+
+from ...errors import SimError
+
+
+def _same(v, n):
+    r, c = v[0], v[1]
+    return ((r, c),) * n
+
+
+def _rowexpand(v, n):
+    r, c = v[0], v[1]
+    return ((r, c), (r, c), (r, 1))
+
+
+def _colexpand(v, n):
+    r, c = v[0], v[1]
+    return ((r, c), (r, c), (1, c))
+
+
+def _rowbcast(v, n):
+    return ((v[0], v[1]), (v[0], 1))
+
+
+def _colbcast(v, n):
+    return ((v[0], v[1]), (1, v[1]))
+
+
+def _rowreduce(v, n):
+    return ((v[2], 1), (v[2], v[3]))
+
+
+def _colreduce(v, n):
+    return ((1, v[3]), (v[2], v[3]))
+
+
+def _trans(v, n):
+    return ((v[0], v[1]), (v[1], v[0]))
+
+
+def _fill(v, n):
+    return ((v[0], v[1]),)
+
+
+def _matmul(v, n):
+    m, nn, k = v[0], v[1], v[3]
+    return ((m, nn), (m, k), (k, nn))
+
+
+def _move(v, n):
+    return ((v[0], v[1]),)
+
+
+# region kind (semantics.REGION) -> vals -> required (rows, cols) of every tile operand, in operand order
+REGION_SHAPES = {"same": _same, "rowexpand": _rowexpand, "colexpand": _colexpand, "rowbcast": _rowbcast,
+                 "colbcast": _colbcast, "rowreduce": _rowreduce, "colreduce": _colreduce, "trans": _trans,
+                 "fill": _fill, "matmul": _matmul, "load": _move, "store": _move}
+
+
+def operand_shapes(cop, vals):
+    """The (rows, cols) each tile operand is used over; raises when one exceeds its tile."""
+    shapes = REGION_SHAPES[cop.region](vals, cop.n_tiles)
+    for t, (r, c) in zip(cop.tiles, shapes):
+        if r < 0 or c < 0 or r > t.shape[0] or c > t.shape[1]:
+            raise SimError(f"region [{r}, {c}] of tile '{t.name}' exceeds its shape {list(t.shape)} "
+                           f"(valid shapes evaluated to {list(vals[:2 * cop.n_tiles])})\n  in {cop.where()}",
+                           loc=cop.loc)
+    return shapes
+
+
+def gm_index(cop, vals, shape):
+    """The index of the GM box an instruction reads or writes in a tensor of ``shape``; out of bounds raises."""
+    rank = cop.gm_rank
+    rows, cols = vals[0], vals[1]
+    if cop.trans:
+        rows, cols = cols, rows
+    offs = vals[2 * cop.n_tiles: 2 * cop.n_tiles + rank]
+    if rank == 1:
+        if rows != 1:
+            return _oob(cop, shape, offs, (rows, cols), "a 1-d tensor takes one valid row")
+        ext = (cols,)
+    else:
+        ext = (1,) * (rank - 2) + (rows, cols)
+    for o, e, d in zip(offs, ext, shape):
+        if o < 0 or o + e > d:
+            return _oob(cop, shape, offs, ext, "")
+    if rank == 1:
+        return (slice(offs[0], offs[0] + cols),)
+    return tuple(offs[:-2]) + (slice(offs[-2], offs[-2] + rows), slice(offs[-1], offs[-1] + cols))
+
+
+def _oob(cop, shape, offs, ext, why):
+    box = ", ".join(f"{o}:{o + e}" for o, e in zip(offs, ext))
+    raise SimError(f"GM access {cop.gm_param}[{box}] is outside the tensor of shape {list(shape)}"
+                   f"{' (' + why + ')' if why else ''}\n  in {cop.where()}", loc=cop.loc)
+
+
+def execute(views, gm, cop, vals):
+    """Run one instruction: ``views`` are the core's full tile views (by tile index), ``gm`` the kernel's
+    GM tensors by param name."""
+    shapes = operand_shapes(cop, vals)
+    tiles = cop.tiles
+    region = cop.region
+    if region == "load":
+        r, c = shapes[0]
+        src = gm[cop.gm_param][gm_index(cop, vals, gm[cop.gm_param].shape)]
+        if cop.gm_rank == 1:
+            src = src.unsqueeze(0)
+        if cop.trans:
+            src = src.transpose(0, 1)
+        views[tiles[0].index][:r, :c].copy_(src)
+        return
+    if region == "store":
+        r, c = shapes[0]
+        t = gm[cop.gm_param]
+        dst = t[gm_index(cop, vals, t.shape)]
+        src = views[tiles[0].index][:r, :c]
+        dst.copy_(src[0] if cop.gm_rank == 1 else src)
+        return
+    ops = [views[t.index][:r, :c] for t, (r, c) in zip(tiles, shapes)]
+    if cop.scalar_at < len(vals):
+        ops.extend(vals[cop.scalar_at:])
+    try:
+        cop.sem(ops[0], ops[1:], cop.attrs)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise SimError(f"{cop.op} failed on tiles "
+                       + ", ".join(f"{t.name}: {t.dtype}{list(s)}" for t, s in zip(tiles, shapes))
+                       + f": {exc}\n  in {cop.where()}", loc=cop.loc) from None
+
+
+def make_views(buffers: dict, cb) -> list:
+    """Views of every tile of a compiled block into a core's byte buffers (space -> uint8 tensor)."""
+    out = []
+    for t in cb.tile_list:
+        if t.addr is None or t.space not in buffers or t.addr < 0 or t.addr + t.nbytes > buffers[t.space].numel():
+            out.append(None)
+            continue
+        raw = buffers[t.space][t.addr:t.addr + t.nbytes]
+        out.append(raw.view(t.torch_dtype).view(t.shape) if t.torch_dtype != torch.uint8 else raw.view(t.shape))
+    return out

@@ -1,0 +1,93 @@
+"""Binding task instances to their kernels' compiled blocks, GM tensors and scalar environment, and
+starting a block instance on the cores the scheduler chose."""
+from __future__ import annotations
+
+import sympy
+
+from ...errors import SimError
+from ...ir.block import CoreType
+from .engine import run_instance
+from .program import compile_block
+
+
+class _TaskInfo:
+    __slots__ = ("kind", "aic", "aiv", "gm", "gm_names", "env", "params")
+
+
+class Launcher:
+    def __init__(self, state, graph, tensors: dict, env: dict, spec):
+        self.state, self.graph, self.tensors, self.env, self.spec = state, graph, tensors, env, spec
+        self._info: dict = {}
+
+    def info(self, task) -> _TaskInfo:
+        hit = self._info.get(id(task))
+        if hit is not None:
+            return hit
+        kernel = self.graph.kernels[task.kernel]
+        info = _TaskInfo()
+        aic, aiv = kernel.block(CoreType.AIC), kernel.block(CoreType.AIV)
+        if aic is None and aiv is None:
+            raise SimError(f"kernel {kernel.name} has no block", loc=kernel.loc)
+        info.aic = compile_block(aic, self.spec) if aic is not None else None
+        info.aiv = compile_block(aiv, self.spec) if aiv is not None else None
+        info.kind = "cluster" if aic is not None and aiv is not None else ("AIC" if aic is not None else "AIV")
+        info.gm = {p: self.tensors[b] for p, b in task.gm_args.items()}
+        info.gm_names = dict(task.gm_args)
+        env = dict(self.env)
+        for blk in kernel.blocks:
+            for g in blk.gm_params:
+                actual = _shape(info.gm[g.name])
+                if len(actual) != len(g.shape):
+                    raise SimError(f"kernel {kernel.name} param {g.name} is {len(g.shape)}-d but buffer "
+                                   f"'{task.gm_args[g.name]}' is {list(actual)}", loc=task.loc or blk.loc)
+                for d, a in zip(g.shape, actual):
+                    if isinstance(d, sympy.Symbol):
+                        if env.setdefault(d.name, a) != a and d.name not in self.env:
+                            raise SimError(f"kernel {kernel.name}: size {d.name} is {env[d.name]} from one GM "
+                                           f"param and {a} from {g.name}", loc=task.loc or blk.loc)
+                    elif isinstance(d, int) and d != a:
+                        raise SimError(f"kernel {kernel.name} param {g.name} has shape {list(g.shape)} but "
+                                       f"buffer '{task.gm_args[g.name]}' is {list(actual)}", loc=task.loc or blk.loc)
+        info.env = env
+        info.params = {p.name for blk in kernel.blocks for p in blk.scalar_params}
+        missing = info.params - set(task.scalars)
+        if missing:
+            raise SimError(f"task {task.name or task.kernel} gives no value for scalar param(s) "
+                           f"{', '.join(sorted(missing))} of kernel {kernel.name}", loc=task.loc)
+        for cb in (info.aic, info.aiv):
+            if cb is not None:
+                unbound = [n for n in cb.env_names if n not in env and n not in task.scalars
+                           and n not in ("block_idx", "block_num", "subblock_idx")]
+                if unbound:
+                    raise SimError(f"block {cb.block.name} uses {', '.join(unbound)}, which nothing binds "
+                                   f"(not a scalar param of the task, a program size or a GM dim)",
+                                   loc=cb.block.loc)
+        self._info[id(task)] = info
+        return info
+
+    def kind(self, inst) -> str:
+        return self.info(inst.task).kind
+
+    def run_block(self, inst, k: int, cores, start: float) -> float:
+        info = self.info(inst.task)
+        st = self.state
+        kind, i = cores
+        if kind == "AIV":
+            parts = [(st.aiv[i], info.aiv, 0)]
+        elif kind == "AIC":
+            parts = [(st.aic[i], info.aic, 0)]
+        else:
+            per = st.aiv_per_aic
+            parts = [(st.aic[i], info.aic, 0)] + [(st.aiv[i * per + s], info.aiv, s) for s in range(per)]
+        env = {**info.env, **inst.scalars}
+        end = run_instance(st, parts, env, info.gm, info.gm_names, start, k, inst.block_dim)
+        label = inst.label + (f" #{k}" if inst.block_dim > 1 else "")
+        for core, cb, _ in parts:
+            core.last_task = inst.id
+            core.task_busy += end - start
+            st.task_slices.append((core.name, start, end, label, cb.block.name, inst.task.loc))
+        return end
+
+
+def _shape(t):
+    return tuple(t.shape) if hasattr(t, "shape") else tuple(t)

@@ -1,0 +1,336 @@
+"""A Block compiled once for the simulator: checked statements (``COp``) and a generated Python
+generator (the scalar unit) that walks For/If with run-time values and yields ``(cop, vals)`` —
+``vals`` being the statement's run-time numbers: the valid (rows, cols) of every tile operand, then
+the GM offsets, then the scalar operands. Nothing here touches sympy at run time.
+
+Static checks happen here, each naming the instruction and the user's line: unknown op, operand
+form, tile not placed / misaligned / over the buffer's capacity / in the wrong core, a static valid
+shape larger than the tile, an instruction bound to the wrong pipe, event ids out of range.
+"""
+from __future__ import annotations
+
+from ...errors import SimError
+from ...ir.block import (Block, CoreType, CrossCoreSetFlag, CrossCoreWaitFlag, For, GMRegion, If, Instr,
+                         PipeBarrier, SetFlag, WaitFlag)
+from ...ir.block_printer import _fmt_operand
+from ...ir.isa import ISA, MemSpace, Pipe, pipe_of
+from .exprs import constant, free_names, ident, to_source
+from .semantics import REGION, SEMANTICS
+from .timing import PIPE_INDEX, S_PIPE, CostModel
+
+INSTR, SET, WAIT, BARRIER, XSET, XWAIT = range(6)
+
+SPACES_OF = {CoreType.AIV: (MemSpace.UB,),
+             CoreType.AIC: (MemSpace.L1, MemSpace.L0A, MemSpace.L0B, MemSpace.L0C)}
+CROSS_CORE_FLAGS = 16
+MATMUL_SPACES = (MemSpace.L0C, MemSpace.L0A, MemSpace.L0B)
+
+
+class TileInfo:
+    __slots__ = ("index", "name", "space", "dtype", "torch_dtype", "itemsize", "shape", "addr", "nbytes", "decl")
+
+    def __init__(self, index, decl):
+        self.index, self.decl, self.name = index, decl, decl.name
+        self.space = MemSpace(decl.space)
+        self.dtype = decl.dtype
+        self.torch_dtype = decl.dtype.torch_dtype
+        self.itemsize = decl.dtype.itemsize
+        self.shape = tuple(int(d) for d in decl.shape)
+        self.addr = decl.addr
+        self.nbytes = decl.nbytes
+
+    def footprint(self) -> str:
+        return f"{self.space}[0x{self.addr:05x}, 0x{self.addr + self.nbytes:05x})"
+
+
+class COp:
+    """One statement, compiled."""
+    __slots__ = ("kind", "pipe", "pipe_enum", "op", "stmt", "loc", "block", "text", "index",
+                 "tiles", "reads", "writes", "region", "attrs", "sem", "gm_param", "gm_rank", "gm_itemsize",
+                 "n_tiles", "scalar_at", "trans", "measure", "static", "dynamic_valid",
+                 "key", "other", "event", "flag", "is_gm", "kind_name")
+
+    def __init__(self, kind, stmt, block, text):
+        self.kind, self.stmt, self.block, self.text = kind, stmt, block, text
+        self.loc = getattr(stmt, "loc", None) or block.loc
+        self.tiles = ()
+        self.reads = self.writes = ()
+        self.static = None
+        self.dynamic_valid = False
+        self.is_gm = False
+        self.gm_param = None
+        self.trans = False
+        self.attrs = {}
+
+    def where(self) -> str:
+        loc = f" at {self.loc}" if self.loc else ""
+        return f"`{self.text}` ({self.pipe_enum} pipe, block {self.block.name}{loc})"
+
+
+def _instr_text(s: Instr, block) -> str:
+    return f"{s.op} " + ", ".join(_fmt_operand(o, block) for o in s.operands)
+
+
+def stmt_text(s, block) -> str:
+    if isinstance(s, Instr):
+        return _instr_text(s, block)
+    if isinstance(s, SetFlag):
+        return f"set_flag {s.src} -> {s.dst} ev{s.event}"
+    if isinstance(s, WaitFlag):
+        return f"wait_flag {s.src} -> {s.dst} ev{s.event}"
+    if isinstance(s, PipeBarrier):
+        return f"pipe_barrier {s.pipe}"
+    if isinstance(s, CrossCoreSetFlag):
+        return f"cross_core_set_flag {s.pipe} flag{s.flag}"
+    if isinstance(s, CrossCoreWaitFlag):
+        return f"cross_core_wait_flag {s.pipe} flag{s.flag}"
+    return repr(s)
+
+
+class CompiledBlock:
+    def __init__(self, block: Block, spec):
+        self.block, self.spec = block, spec
+        self.core = CoreType(block.core)
+        self.cost = CostModel(spec)
+        self.event_ids = spec.memory.get("event_ids", 8)
+        self.tiles: dict[str, TileInfo] = {t.name: TileInfo(i, t) for i, t in enumerate(block.tiles)}
+        self.tile_list = list(self.tiles.values())
+        self._checked_tiles: set = set()
+        self.ops: list[COp] = []
+        self.gm_params = {g.name: g for g in block.gm_params}
+        self.walk = self._generate()
+        self.overlaps = self._overlaps()
+        self.spaces = sorted({t.space for t in self.tile_list}, key=str)
+
+    # ------------------------------------------------------------------ checks
+    def _err(self, cop: COp, msg: str):
+        return SimError(f"{msg}\n  in {cop.where()}", loc=cop.loc)
+
+    def _check_tile(self, cop: COp, name: str) -> TileInfo:
+        t = self.tiles.get(name)
+        if t is None:
+            raise self._err(cop, f"instruction names tile '{name}', which block {self.block.name} does not declare")
+        if name in self._checked_tiles:
+            return t
+        spec = self.spec
+        if t.space not in SPACES_OF[self.core]:
+            raise self._err(cop, f"tile '{name}' is in {t.space}, which a {self.core} core does not have "
+                                 f"(it has {', '.join(map(str, SPACES_OF[self.core]))})")
+        if t.addr is None:
+            raise self._err(cop, f"tile '{name}' has no address (memory planning did not place it)")
+        cap = spec.capacity[t.space.capacity_key]
+        if t.addr < 0 or t.addr + t.nbytes > cap:
+            raise self._err(cop, f"tile '{name}' {t.space} {t.dtype}[{t.shape[0]}, {t.shape[1]}] at 0x{t.addr:x} "
+                                 f"needs bytes [0x{t.addr:x}, 0x{t.addr + t.nbytes:x}) but {t.space} holds "
+                                 f"{cap} bytes (0x{cap:x}): over capacity")
+        if t.addr % spec.alignment:
+            raise self._err(cop, f"tile '{name}' address 0x{t.addr:x} is not aligned to {spec.alignment} bytes")
+        valid = t.decl.valid_shape
+        if len(valid) != 2:
+            raise self._err(cop, f"tile '{name}' valid shape {valid} is not (rows, cols)")
+        for v, s in zip(valid, t.shape):
+            c = constant(v)
+            if c is not None and not (0 <= c <= s):
+                raise self._err(cop, f"tile '{name}' valid shape {tuple(valid)} exceeds its shape {t.shape}")
+        self._checked_tiles.add(name)
+        return t
+
+    # ------------------------------------------------------------------ compile statements
+    def _compile_instr(self, s: Instr) -> tuple[COp, list]:
+        block = self.block
+        cop = COp(INSTR, s, block, _instr_text(s, block) if s.op in ISA else s.op)
+        cop.pipe_enum = Pipe(s.pipe)
+        cop.pipe = PIPE_INDEX[cop.pipe_enum]
+        cop.op = s.op
+        cop.attrs = dict(s.attrs)
+        spec_i = ISA.get(s.op)
+        if spec_i is None:
+            raise self._err(cop, f"unknown instruction {s.op}")
+        form = spec_i.form.split(",")
+        if len(form) != len(s.operands):
+            raise self._err(cop, f"{s.op} takes operands ({spec_i.form}), found {len(s.operands)}")
+        tiles, gm_offs, scalars = [], [], []
+        for f, o in zip(form, s.operands):
+            if f == "t":
+                if not isinstance(o, str):
+                    raise self._err(cop, f"{s.op} expects a tile operand, found {o!r}")
+                tiles.append(self._check_tile(cop, o))
+            elif f == "g":
+                if not isinstance(o, GMRegion):
+                    raise self._err(cop, f"{s.op} expects a GM region operand, found {o!r}")
+                g = self.gm_params.get(o.param)
+                if g is None:
+                    raise self._err(cop, f"GM region names '{o.param}', which is not a GM param of the block")
+                if len(o.offsets) != len(g.shape):
+                    raise self._err(cop, f"GM region {o.param} has {len(o.offsets)} offsets for a "
+                                         f"{len(g.shape)}-d tensor")
+                cop.gm_param, cop.gm_rank, cop.gm_itemsize = o.param, len(g.shape), g.dtype.itemsize
+                gm_offs = list(o.offsets)
+            else:
+                if isinstance(o, (str, GMRegion)):
+                    raise self._err(cop, f"{s.op} expects a scalar operand, found {o!r}")
+                scalars.append(o)
+        cop.tiles = tuple(tiles)
+        cop.n_tiles = len(tiles)
+        cop.scalar_at = 2 * len(tiles) + len(gm_offs)
+        cop.region = REGION[s.op]
+        cop.sem = SEMANTICS.get(s.op)
+        cop.trans = bool(cop.attrs.get("trans", False)) and s.op == "TLOAD"
+        # which pipe the data path implies
+        spaces = [t.space for t in tiles]
+        if spec_i.kind == "store":
+            expected = pipe_of(s.op, MemSpace.GM, spaces[0])
+        elif spec_i.kind == "load":
+            expected = pipe_of(s.op, spaces[0], MemSpace.GM)
+        else:
+            try:
+                expected = pipe_of(s.op, spaces[0], spaces[1] if len(spaces) > 1 else None)
+            except ValueError as exc:
+                raise self._err(cop, str(exc)) from None
+        if expected != cop.pipe_enum:
+            raise self._err(cop, f"{s.op} from {spaces[-1]} to {spaces[0]} runs on the {expected} pipe, "
+                                 f"but the instruction is bound to {cop.pipe_enum}")
+        if spec_i.kind == "matmul" and tuple(spaces) != MATMUL_SPACES:
+            raise self._err(cop, f"{s.op} needs dst in l0c, a in l0a, b in l0b; found "
+                                 f"{', '.join(map(str, spaces))}")
+        if spec_i.kind == "compare" and cop.attrs.get("cmp", "eq") not in ("eq", "ne", "lt", "le", "gt", "ge"):
+            raise self._err(cop, f"{s.op} cmp={cop.attrs.get('cmp')!r} is not one of eq, ne, lt, le, gt, ge")
+        cop.is_gm = cop.region in ("load", "store")
+        # accesses for the race / clobber checks (tile indices)
+        if cop.region == "store":
+            cop.reads, cop.writes = (tiles[0].index,), ()
+        elif cop.region == "load":
+            cop.reads, cop.writes = (), (tiles[0].index,)
+        else:
+            reads = [t.index for t in tiles[1:]]
+            if s.op == "TMATMUL_ACC":
+                reads.append(tiles[0].index)
+            cop.reads, cop.writes = tuple(reads), (tiles[0].index,)
+        cop.kind = INSTR
+        cop.kind_name = spec_i.kind
+        # run-time values: valid (rows, cols) of every tile operand, GM offsets, scalars
+        values = []
+        for t in tiles:
+            values.extend(t.decl.valid_shape)
+        values.extend(gm_offs)
+        values.extend(scalars)
+        cop.dynamic_valid = any(constant(v) is None for t in tiles for v in t.decl.valid_shape)
+        cop.measure = self.cost.measure_fn(cop)
+        return cop, values
+
+    def _compile_flag(self, s, block) -> COp:
+        text = stmt_text(s, block)
+        if isinstance(s, (SetFlag, WaitFlag)):
+            cop = COp(SET if isinstance(s, SetFlag) else WAIT, s, block, text)
+            src, dst = Pipe(s.src), Pipe(s.dst)
+            cop.pipe_enum = src if cop.kind == SET else dst
+            cop.pipe = PIPE_INDEX[cop.pipe_enum]
+            cop.other = PIPE_INDEX[dst if cop.kind == SET else src]
+            cop.key = (PIPE_INDEX[src], PIPE_INDEX[dst], int(s.event))
+            cop.event = int(s.event)
+            if not 0 <= cop.event < self.event_ids:
+                raise self._err(cop, f"event id {s.event} is outside the {self.event_ids} ids of a pipe pair")
+        elif isinstance(s, PipeBarrier):
+            cop = COp(BARRIER, s, block, text)
+            cop.pipe_enum = Pipe(s.pipe)
+            cop.pipe = PIPE_INDEX[cop.pipe_enum]
+        else:
+            cop = COp(XSET if isinstance(s, CrossCoreSetFlag) else XWAIT, s, block, text)
+            cop.pipe_enum = Pipe(s.pipe)
+            cop.pipe = PIPE_INDEX[cop.pipe_enum]
+            cop.flag = int(s.flag)
+            if not 0 <= cop.flag < CROSS_CORE_FLAGS:
+                raise self._err(cop, f"cross-core flag {s.flag} is outside 0..{CROSS_CORE_FLAGS - 1}")
+        cop.op = text.split(" ")[0]
+        return cop
+
+    # ------------------------------------------------------------------ the generated scalar unit
+    def _generate(self):
+        block = self.block
+        lines: list[str] = []
+        consts: list = []
+        loop_vars: set = set()
+        used: set = set()
+
+        def add_op(cop, values):
+            cop.index = len(self.ops)
+            self.ops.append(cop)
+            if values is None:
+                return f"O[{cop.index}], None"
+            used.update(free_names(values))
+            if all(constant(v) is not None for v in values):
+                vals = tuple(constant(v) for v in values)
+                cop.static = cop.measure(vals) if cop.kind == INSTR else None
+                consts.append(vals)
+                return f"O[{cop.index}], C[{len(consts) - 1}]"
+            src = ", ".join(to_source(v) for v in values)
+            return f"O[{cop.index}], ({src}{',' if len(values) == 1 else ''})"
+
+        def emit(stmts, depth):
+            pad = "    " * depth
+            n0 = len(lines)
+            for s in stmts:
+                if isinstance(s, Instr):
+                    cop, values = self._compile_instr(s)
+                    lines.append(f"{pad}yield {add_op(cop, values)}")
+                elif isinstance(s, (SetFlag, WaitFlag, PipeBarrier, CrossCoreSetFlag, CrossCoreWaitFlag)):
+                    lines.append(f"{pad}yield {add_op(self._compile_flag(s, block), None)}")
+                elif isinstance(s, For):
+                    used.update(free_names([s.start, s.stop, s.step]))
+                    loop_vars.add(s.var.name)
+                    lines.append(f"{pad}for {ident(s.var.name)} in range({to_source(s.start)}, "
+                                 f"{to_source(s.stop)}, {to_source(s.step)}):")
+                    emit(s.body, depth + 1)
+                elif isinstance(s, If):
+                    used.update(free_names([s.cond]))
+                    lines.append(f"{pad}if {to_source(s.cond)}:")
+                    emit(s.then_body, depth + 1)
+                    if s.else_body:
+                        lines.append(f"{pad}else:")
+                        emit(s.else_body, depth + 1)
+                else:
+                    raise SimError(f"block {block.name}: unknown statement {s!r}", loc=block.loc)
+            if len(lines) == n0:
+                lines.append(f"{pad}pass")
+
+        emit(block.body, 1)
+        self.env_names = sorted(used - loop_vars)
+        head = ["def walk(e):"] + [f"    {ident(n)} = e[{n!r}]" for n in self.env_names]
+        head.append("    if False:\n        yield None")
+        source = "\n".join(head + lines)
+        self.source = source
+        ns = {"O": self.ops, "C": consts}
+        try:
+            exec(compile(source, f"<sim block {block.name}>", "exec"), ns)
+        except SyntaxError as exc:      # an expression the printer cannot express
+            raise SimError(f"block {block.name}: cannot compile its scalar expressions ({exc})", loc=block.loc)
+        return ns["walk"]
+
+    def _overlaps(self):
+        """For each tile, the other tiles sharing any byte with it (same memory space)."""
+        out = []
+        for t in self.tile_list:
+            if t.addr is None:
+                out.append(())
+                continue
+            out.append(tuple(o.index for o in self.tile_list if o is not t and o.space == t.space
+                             and o.addr is not None and o.addr < t.addr + t.nbytes and t.addr < o.addr + o.nbytes))
+        return out
+
+
+_CACHE: dict = {}
+_CACHE_SIZE = 256
+
+
+def compile_block(block: Block, spec) -> CompiledBlock:
+    """Compiled once per Block and machine; a Block edited since (its text changed) is compiled again."""
+    key = (id(block), id(spec))
+    text = repr(block)
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] == text:
+        return hit[1]
+    cb = CompiledBlock(block, spec)
+    if len(_CACHE) >= _CACHE_SIZE:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[key] = (text, cb)
+    return cb

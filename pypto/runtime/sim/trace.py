@@ -1,0 +1,70 @@
+"""Chrome-trace JSON (Perfetto and chrome://tracing open it): one process per core (and one for the
+AICPU), one thread per pipe (thread 0 = the tasks the core ran); tasks, dispatches and instructions
+are complete ("X") slices, with the block name and the user's source line in their args."""
+from __future__ import annotations
+
+import json
+
+from .timing import PIPES
+
+MAX_INSTR_EVENTS = 2_000_000
+
+
+def _loc(loc) -> str:
+    return str(loc) if loc else ""
+
+
+def build_trace(state, spec, dispatch_slices) -> dict:
+    us = 1.0 / (spec.clock_ghz * 1e3)
+    pids: dict = {"AICPU": 0}
+    for c in state.aic + state.aiv:
+        pids[c.name] = len(pids)
+    events = []
+    used_pids: set = {0}
+
+    def meta(pid, tid, kind, name, sort=None):
+        events.append({"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
+        if sort is not None:
+            events.append({"name": "process_sort_index" if kind == "process_name" else "thread_sort_index",
+                           "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": sort}})
+
+    for thread, start, end, label, n in dispatch_slices:
+        events.append({"name": f"dispatch {label}" + (f" (+{n - 1} stitched)" if n > 1 else ""), "ph": "X",
+                       "ts": start * us, "dur": (end - start) * us, "pid": 0, "tid": thread,
+                       "args": {"tasks": n}})
+    for core, start, end, label, block, loc in state.task_slices:
+        pid = pids[core]
+        used_pids.add(pid)
+        events.append({"name": label, "ph": "X", "ts": start * us, "dur": (end - start) * us, "pid": pid,
+                       "tid": 0, "args": {"block": block, "loc": _loc(loc)}})
+    dropped = 0
+    for k, (core, p, start, end, cop) in enumerate(state.trace_events or ()):
+        if k >= MAX_INSTR_EVENTS:
+            dropped = len(state.trace_events) - k
+            break
+        pid = pids[core]
+        used_pids.add(pid)
+        events.append({"name": cop.op, "ph": "X", "ts": start * us, "dur": (end - start) * us, "pid": pid,
+                       "tid": 1 + p, "args": {"block": cop.block.name, "instr": cop.text, "loc": _loc(cop.loc)}})
+    meta(0, 0, "process_name", "AICPU", 0)
+    meta(0, 0, "thread_name", "control")
+    for t in range(1, spec.cores.get("aicpu", 2)):
+        meta(0, t, "thread_name", f"dispatcher {t}")
+    for name, pid in pids.items():
+        if pid == 0 or pid not in used_pids:
+            continue
+        meta(pid, 0, "process_name", name, pid)
+        meta(pid, 0, "thread_name", "tasks", 0)
+        for i, p in enumerate(PIPES):
+            meta(pid, 1 + i, "thread_name", str(p), 1 + i)
+    out = {"traceEvents": events, "displayTimeUnit": "ns",
+           "otherData": {"machine": spec.name, "clock_ghz": spec.clock_ghz}}
+    if dropped:
+        out["otherData"]["dropped_instruction_events"] = dropped
+    return out
+
+
+def write_trace(path: str, state, spec, dispatch_slices) -> str:
+    with open(path, "w") as f:
+        json.dump(build_trace(state, spec, dispatch_slices), f)
+    return path
