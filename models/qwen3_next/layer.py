@@ -1,0 +1,165 @@
+"""``Qwen3NextGatedDeltaNet``: the Gated DeltaNet layer of Qwen3-Next as a ``pypto.nn.Module``.
+
+    mixed_qkv = x Wqkv^T   z = x Wz^T   b = x Wb^T   a = x Wa^T          (activation dtype)
+    q, k, v   = split(SiLU(causal_conv1d(mixed_qkv)))                    (conv in fp32, result rounded)
+    g = -exp(A_log) softplus(a + dt_bias),  beta = sigmoid(b)            (fp32)
+    o         = gated delta rule(l2norm(q), l2norm(k), v, g, beta)       (chunked; recurrent for decode)
+    y         = out_proj(RMSNorm(o) * norm.weight * SiLU(z))
+
+HuggingFace fuses the projections into ``in_proj_qkvz`` / ``in_proj_ba`` with a grouped per-key-head
+row order. This module keeps them de-interleaved (``in_proj_qkv`` whose rows are already in the conv's
+channel order q | k | v, ``in_proj_z``, ``in_proj_b``, ``in_proj_a``), so the projections produce
+contiguous outputs and no shuffle runs per token; ``load_state_dict`` accepts HF state dicts (and
+its own), ``hf_state_dict`` converts back. Every other key (``conv1d.weight``, ``dt_bias``, ``A_log``,
+``norm.weight``, ``out_proj.weight``) has HF's name and shape.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+import pypto
+import pypto.nn as nn
+import pypto.nn.functional as F
+
+from pypto.frontend.context import is_tracing
+
+from . import kernels
+from .reference import GDNCache, Qwen3NextGDNConfig, split_projection_weights
+
+_HF_FUSED = ("in_proj_qkvz.weight", "in_proj_ba.weight")
+_FP32_PARAMS = ("A_log", "dt_bias")          # stay fp32 whatever the module's dtype, as in checkpoints
+
+
+class Qwen3NextGatedDeltaNet(nn.Module):
+    """One GDN layer. ``layer(x)`` prefills; ``layer(x, cache)`` fills or continues a ``GDNCache``
+    (T == 1 with a filled cache is a decode step through the recurrent kernel). x [B, T, hidden]."""
+
+    def __init__(self, config: Optional[Qwen3NextGDNConfig] = None, dtype=torch.float32, chunk_size: int = 64):
+        super().__init__()
+        c = self.config = config or Qwen3NextGDNConfig()
+        self.chunk_size = chunk_size
+        hid = c.hidden_size
+        self.in_proj_qkv = nn.Linear(hid, c.conv_dim, bias=False, dtype=dtype)
+        self.in_proj_z = nn.Linear(hid, c.value_dim, bias=False, dtype=dtype)
+        self.in_proj_b = nn.Linear(hid, c.linear_num_value_heads, bias=False, dtype=dtype)
+        self.in_proj_a = nn.Linear(hid, c.linear_num_value_heads, bias=False, dtype=dtype)
+        W = c.linear_conv_kernel_dim
+        self.conv1d = nn.Conv1d(c.conv_dim, c.conv_dim, W, groups=c.conv_dim, padding=W - 1, bias=False, dtype=dtype)
+        self.dt_bias = nn.Parameter(torch.ones(c.linear_num_value_heads))
+        self.A_log = nn.Parameter(torch.zeros(c.linear_num_value_heads))
+        self.norm = nn.RMSNorm(c.linear_value_head_dim, eps=c.rms_norm_eps, dtype=dtype)
+        self.out_proj = nn.Linear(c.value_dim, hid, bias=False, dtype=dtype)
+
+    # ------------------------------------------------------------------ weights
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """Load this module's own state dict or a HuggingFace one (``in_proj_qkvz.weight`` /
+        ``in_proj_ba.weight`` in the grouped per-key-head layout)."""
+        if any(name in state_dict for name in _HF_FUSED):
+            state_dict = dict(state_dict)
+            split = split_projection_weights({name: state_dict.pop(name) for name in _HF_FUSED}, self.config)
+            qkv = torch.cat([split["wq"], split["wk"], split["wv"]])
+            state_dict.update({"in_proj_qkv.weight": qkv, "in_proj_z.weight": split["wz"],
+                               "in_proj_b.weight": split["wb"], "in_proj_a.weight": split["wa"]})
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def hf_state_dict(self) -> dict:
+        """The state dict in HuggingFace's names and fused, grouped projection layout."""
+        c = self.config
+        # where each HF row goes: split the row numbers as if they were weights
+        def row_numbers(n):
+            return torch.arange(n, dtype=torch.float64)[:, None].expand(n, c.hidden_size)
+        rows_qkvz = row_numbers(2 * c.key_dim + 2 * c.value_dim)
+        rows_ba = row_numbers(2 * c.linear_num_value_heads)
+        idx = {n: t[:, 0].long() for n, t in split_projection_weights(
+            {"in_proj_qkvz.weight": rows_qkvz, "in_proj_ba.weight": rows_ba}, c).items()}
+        w = self.in_proj_qkv.weight.detach()
+        qkvz = w.new_empty(rows_qkvz.shape[0], c.hidden_size)
+        qkvz[torch.cat([idx["wq"], idx["wk"], idx["wv"]])] = w
+        qkvz[idx["wz"]] = self.in_proj_z.weight.detach()
+        ba = w.new_empty(rows_ba.shape[0], c.hidden_size)
+        ba[idx["wb"]] = self.in_proj_b.weight.detach()
+        ba[idx["wa"]] = self.in_proj_a.weight.detach()
+        out = {k: v for k, v in self.state_dict().items() if not k.startswith("in_proj_")}
+        out.update({"in_proj_qkvz.weight": qkvz, "in_proj_ba.weight": ba})
+        return out
+
+    @classmethod
+    def from_hf(cls, config: Qwen3NextGDNConfig, state_dict: dict, dtype=None, **kwargs) -> "Qwen3NextGatedDeltaNet":
+        dtype = dtype or state_dict["in_proj_qkvz.weight"].dtype
+        layer = cls(config, dtype=dtype, **kwargs)
+        layer.load_state_dict(state_dict)
+        return layer
+
+    def _cast_floating(self, tdt: torch.dtype) -> None:
+        keep = {name: getattr(self, name).data.clone() for name in _FP32_PARAMS}
+        super()._cast_floating(tdt)
+        for name, data in keep.items():
+            getattr(self, name).data = data
+
+    # ------------------------------------------------------------------ calling
+    def default_dynamic_dims(self, arg: str, rank: int) -> tuple:
+        return (1,) if arg == "hidden_states" else ()          # the sequence length T
+
+    def __call__(self, hidden_states, cache: Optional[GDNCache] = None):
+        if is_tracing() or cache is None:
+            return super().__call__(hidden_states)
+        c = self.config
+        B, T = hidden_states.shape[0], hidden_states.shape[1]
+        decode = cache.has_state and T == 1
+        if not cache.has_state:                    # an empty cache starts from zero history and state
+            cache.conv_state = torch.zeros(B, c.conv_dim, c.linear_conv_kernel_dim - 1, dtype=hidden_states.dtype)
+            cache.recurrent_state = torch.zeros(B, c.linear_num_value_heads, c.linear_key_head_dim,
+                                                c.linear_value_head_dim, dtype=torch.float32)
+        return super().__call__(hidden_states, cache.conv_state, cache.recurrent_state, decode)
+
+    def forward(self, hidden_states, conv_state=None, recurrent_state=None, decode: bool = False):
+        """conv_state [B, conv_dim, W-1] and recurrent_state [B, HV, K, V] fp32 are read and updated in
+        place when given (the cache); without them the layer starts from zeros."""
+        c = self.config
+        x = hidden_states
+        B, T = x.shape[0], x.shape[1]
+        H, HV = c.linear_num_key_heads, c.linear_num_value_heads
+        K, V = c.linear_key_head_dim, c.linear_value_head_dim
+        W = c.linear_conv_kernel_dim
+
+        mixed_qkv = F.linear(x, self.in_proj_qkv.weight)                       # [B, T, conv_dim]
+        z = F.linear(x, self.in_proj_z.weight).reshape(B, T, HV, V)
+        b = F.linear(x, self.in_proj_b.weight)                                 # [B, T, HV]
+        a = F.linear(x, self.in_proj_a.weight)
+
+        conv_w = self.conv1d.weight.reshape(c.conv_dim, W)
+        if decode:
+            y = kernels.causal_conv1d_update(mixed_qkv.reshape(B, c.conv_dim), conv_state, conv_w, None,
+                                             activation="silu").reshape(B, 1, c.conv_dim)
+        else:
+            y, final = kernels.causal_conv1d(mixed_qkv, conv_w, None, conv_state, activation="silu")
+            if conv_state is not None and final is not None:
+                conv_state[...] = final
+        y = pypto.cast(y, x.dtype)
+        q = y[:, :, :c.key_dim].reshape(B, T, H, K)
+        k = y[:, :, c.key_dim:2 * c.key_dim].reshape(B, T, H, K)
+        v = y[:, :, 2 * c.key_dim:].reshape(B, T, HV, V)
+
+        g = -pypto.exp(kernels.fp32(self.A_log)) * pypto.softplus(kernels.fp32(a) + kernels.fp32(self.dt_bias))
+        beta = pypto.sigmoid(kernels.fp32(b))
+
+        state = recurrent_state if recurrent_state is not None else pypto.zeros(B, HV, K, V)
+        o = pypto.zeros(B, T, HV, V, dtype=x.dtype)
+        rule = dict(scale=K ** -0.5, use_qk_l2norm=True)
+        sequences = [(None, 0, 0, T)]
+        if decode:
+            kernels.recurrent_gated_delta_rule(q, k, v, g, beta, state, o, sequences, **rule)
+        else:
+            kernels.chunk_gated_delta_rule(q, k, v, g, beta, state, o, sequences, chunk_size=self.chunk_size, **rule)
+
+        o = gated_rms_norm(o, z, self.norm.weight, c.rms_norm_eps)            # [B, T, HV, V]
+        return F.linear(o.reshape(B, T, c.value_dim), self.out_proj.weight)
+
+
+def gated_rms_norm(x, gate, weight, eps: float):
+    """RMSNorm(x) * weight * SiLU(gate) over the last dim in fp32, result in x's dtype."""
+    xf = kernels.fp32(x)
+    xn = xf * pypto.rsqrt(pypto.mean(xf * xf, -1, keepdim=True) + eps)
+    return pypto.cast(xn * kernels.fp32(weight) * pypto.silu(kernels.fp32(gate)), x.dtype)
