@@ -28,6 +28,7 @@ class Buffer:
     role: str
     view_of: str | None = None
     view_offset: object = 0       # element offset into the base buffer (sympy expr allowed)
+    data: object = None           # role "constant": the torch tensor holding its value
 
 
 @dataclass
