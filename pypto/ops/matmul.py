@@ -107,7 +107,11 @@ def _linear_infer(ins, attrs):
     out = ValueInfo((*batch, m, n) if x.rank >= 2 else (n,), result_dtype(x.dtype, w.dtype, None, "linear"))
     if len(ins) == 3:
         bias = ins[2]
-        if broadcast_shapes(bias.shape, out.shape) != tuple(out.shape):
+        try:
+            fits = broadcast_shapes(bias.shape, out.shape) == tuple(out.shape)
+        except ShapeError:
+            fits = False
+        if not fits:
             raise ShapeError(f"linear: bias {fmt_shape(bias.shape)} does not broadcast to the output "
                              f"{fmt_shape(out.shape)}")
     return out

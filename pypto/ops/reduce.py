@@ -144,9 +144,10 @@ def _var_decompose(ins, attrs):
     dims = attrs["dims"]
     out_dt = _floating("var")(x._info, attrs)
     xf = P.cast(x, dtypes.float32)
-    centred = P.sub(xf, P.mean(xf, dims, keepdim=True))
+    n = reduced_count(x.shape, dims)
+    centred = P.sub(xf, P.div(P.sum(xf, dims, keepdim=True), n))
     s = P.sum(P.mul(centred, centred), dims, attrs.get("keepdim", False))
-    return P.cast(P.div(s, reduced_count(x.shape, dims) - attrs["correction"]), out_dt)
+    return P.cast(P.div(s, n - attrs["correction"]), out_dt)
 
 
 _DECOMPOSE = {"mean": _mean_decompose, "var": _var_decompose}
