@@ -19,7 +19,7 @@ from .. import symbolic as sym
 from ..errors import PyptoError, ShapeError
 from ..frontend.jit import JitFunction
 from ..frontend.tensor import TensorSpec
-from .module import bind_state
+from .module import Module, bind_state
 
 TRAINING_ARG = "_training_flags"
 
@@ -28,6 +28,8 @@ class ModuleCompiler(JitFunction):
     def __init__(self, module, options: dict, names: tuple):
         self.module = module
         self.names = names
+        if type(module).forward is Module.forward:
+            raise PyptoError(f"{type(module).__name__} does not define forward()")
         try:
             fwd_sig = inspect.signature(module.forward, eval_str=True)
         except (NameError, TypeError):
