@@ -1,0 +1,232 @@
+"""``torch.compile(model, backend="pypto")``: the torch.compile backend, registered through the
+``torch_dynamo_backends`` entry point (setup.py).
+
+Dynamo hands over an FX graph of torch calls; AOT autograd turns it into ATen graphs (forward,
+backward, or one inference graph) with core ATen decompositions. Each ATen graph is cut into
+partitions of the ops pypto supports (pypto/dynamo_convert.py's table); the rest stays in eager
+between them. Every partition is converted into a TensorGraph, compiled with
+``pypto.backends.compile_graph`` and run with ``Compiled.run``. Anything that fails in pypto —
+conversion, compilation, or a run — is logged on the ``pypto.dynamo`` logger and that partition runs
+in eager instead: a slower answer, never a wrong one.
+
+Options (``torch.compile(..., options={...})``):
+  backend      reference | sim | cpu | npu   (default: pypto.get_backend())
+  machine      machine name for the lowered backends (a2a3, a5)
+  dump         directory: per partition, the ATen graph and the TensorGraph (and the backend's stages)
+  strict       raise instead of falling back to eager (for debugging a model's conversion)
+  timing_only, trace   passed to the runtime, as in pypto.jit
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from . import backends
+from .errors import PyptoError
+
+log = logging.getLogger("pypto.dynamo")
+
+# what happened so far (tests and benchmarks read these): graphs (ATen graphs received), partitions
+# (compiled through pypto), fallbacks (partitions left in eager after a pypto failure), run_fallbacks,
+# eager_ops (ATen nodes left in eager because pypto has no rule for them), runs (pypto partition calls)
+counters: collections.Counter = collections.Counter()
+_graph_ids = itertools.count()
+
+OPTIONS = ("backend", "machine", "dump", "strict", "timing_only", "trace")
+
+
+@dataclass(frozen=True)
+class Options:
+    backend: str
+    machine: str | None = None
+    dump: str | None = None
+    strict: bool = False
+    timing_only: bool = False
+    trace: str | None = None
+
+    @property
+    def compile_options(self) -> dict:
+        return {"machine": self.machine, "dump": self.dump, "timing_only": self.timing_only, "trace": self.trace}
+
+
+def parse_options(options: dict | None) -> Options:
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise PyptoError(f"torch.compile(backend='pypto'): unknown option(s) {', '.join(unknown)}; "
+                         f"known: {', '.join(OPTIONS)}")
+    backend = backends.check_backend(options.pop("backend", None) or backends.get_backend())
+    return Options(backend=backend, **options)
+
+
+def reset() -> None:
+    counters.clear()
+
+
+# ============================================================================ the backend
+def pypto_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, mode=None, **kwargs):
+    """The ``torch_dynamo_backends`` entry point ``pypto``."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.exc import RestartAnalysis
+
+    from .dynamo_convert import remember_locations
+    opts = parse_options(options)
+    remember_locations(gm)
+    if mode not in (None, "default") or kwargs:
+        log.info("pypto backend ignores mode=%r and %s", mode, sorted(kwargs))
+    gid = next(_graph_ids)
+
+    def compiler(kind):
+        def compile_aten(aten_gm, aten_inputs):
+            return make_boxed_func(partition_and_compile(aten_gm, f"dynamo{gid}_{kind}", opts))
+        return compile_aten
+
+    aot = aot_autograd(fw_compiler=compiler("fw"), bw_compiler=compiler("bw"),
+                       inference_compiler=compiler("inf"), decompositions=decompositions())
+    try:
+        return aot(gm, example_inputs)
+    except RestartAnalysis:
+        raise
+    except Exception as e:
+        if opts.strict:
+            raise
+        log.warning("pypto: AOT autograd failed on dynamo graph %d, running it in eager: %s: %s",
+                    gid, type(e).__name__, e)
+        counters["fallbacks"] += 1
+        return gm.forward
+
+
+def decompositions() -> dict:
+    """Core ATen decompositions, plus those of the composite ops pypto has no function for yet."""
+    from torch._decomp import core_aten_decompositions, get_decompositions
+    from .dynamo_convert import DECOMPOSABLE, RULES
+    table = dict(core_aten_decompositions())
+    table.update(get_decompositions([op for op in DECOMPOSABLE if RULES[op].missing()]))
+    return table
+
+
+# ============================================================================ partitioning
+def partition_and_compile(gm: torch.fx.GraphModule, name: str, opts: Options) -> torch.fx.GraphModule:
+    """Cut ``gm`` into pypto partitions and eager ops; compile each partition. Returns ``gm`` with every
+    partition replaced by a submodule that runs it through pypto (or in eager after a failure)."""
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    from torch.fx.passes.operator_support import OperatorSupportBase
+    from .dynamo_convert import is_compute, unsupported_reason
+
+    counters["graphs"] += 1
+    left: collections.Counter = collections.Counter()
+
+    class Support(OperatorSupportBase):
+        def is_node_supported(self, submodules, node) -> bool:
+            why = unsupported_reason(node)
+            if why is not None and node.op == "call_function" and not _is_size_math(node):
+                left[why] += 1
+            return why is None
+
+    partitioner = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=True)
+    partitions = [p for p in partitioner.propose_partitions() if any(is_compute(n) for n in p.nodes)]
+    if left:
+        counters["eager_ops"] += sum(left.values())
+        log.info("pypto: %s keeps %d op(s) in eager: %s", name, sum(left.values()),
+                 "; ".join(f"{why} (x{k})" for why, k in left.items()))
+    if not partitions:
+        log.info("pypto: %s has nothing pypto can run", name)
+        return gm
+    fused = partitioner.fuse_partitions(partitions, prefix="pypto_")
+    for node in fused.graph.nodes:
+        if node.op == "call_module" and node.target.startswith("pypto_"):
+            sub = getattr(fused, node.target)
+            setattr(fused, node.target, compile_partition(sub, f"{name}_{node.target}", opts))
+    return fused
+
+
+def _is_size_math(node) -> bool:
+    """SymInt arithmetic (s0 * s1, sym_size) stays in Python; not worth a log line."""
+    return isinstance(node.meta.get("val"), torch.SymInt)
+
+
+def compile_partition(sub: torch.fx.GraphModule, name: str, opts: Options) -> torch.nn.Module:
+    from .dynamo_convert import convert
+    _dump_text(opts.dump, name, "aten_graph.py", sub.code)
+    try:
+        conv = convert(sub, name)
+        _dump_text(opts.dump, name, "tensor_graph.txt", str(conv.graph))
+        compiled = backends.compile_graph(conv.graph, opts.backend, opts.compile_options)
+    except Exception as e:
+        if opts.strict:
+            raise
+        counters["fallbacks"] += 1
+        log.warning("pypto: partition %s runs in eager: %s", name, _why(e))
+        return sub
+    counters["partitions"] += 1
+    log.debug("pypto: compiled %s on %s:\n%s", name, opts.backend, conv.graph)
+    return PyptoPartition(name, sub, conv, compiled, opts)
+
+
+def _why(e: Exception) -> str:
+    return e.message if isinstance(e, PyptoError) else f"{type(e).__name__}: {e}"
+
+
+def _dump_text(root, name, file, text) -> None:
+    root = root or os.environ.get("PYPTO_DUMP")
+    if root:
+        d = Path(root) / name
+        d.mkdir(parents=True, exist_ok=True)
+        (d / file).write_text(text + "\n")
+
+
+# ============================================================================ running
+class PyptoPartition(torch.nn.Module):
+    """One partition compiled by pypto; runs its eager FX module instead once pypto has failed on it."""
+
+    def __init__(self, name, eager: torch.fx.GraphModule, conv, compiled, opts: Options):
+        super().__init__()
+        self.name, self.eager, self.conv, self.compiled, self.opts = name, eager, conv, compiled, opts
+        self.last_report = None
+
+    def forward(self, *args):
+        if self.compiled is None:
+            return self.eager(*args)
+        try:
+            result = self._run(args)
+        except Exception as e:
+            if self.opts.strict:
+                raise
+            counters["run_fallbacks"] += 1
+            log.warning("pypto: partition %s failed at run time, running it in eager from now on: %s",
+                        self.name, _why(e))
+            self.compiled = None
+            return self.eager(*args)
+        counters["runs"] += 1
+        return result
+
+    def _run(self, args):
+        from . import symbolic as sym
+        conv = self.conv
+        env = conv.bind(args)
+        lowered = self.compiled.backend != "reference"
+        inputs = [args[i].detach() for i in conv.tensor_args]
+        if lowered:
+            inputs = [t.contiguous() for t in inputs]
+        outs, self.last_report = self.compiled.run(inputs, env)
+        for k, (t, shape, dt) in enumerate(zip(outs, conv.out_shapes, conv.out_dtypes)):
+            want = sym.evaluate_all(shape, env)
+            if tuple(t.shape) != want or t.dtype != dt.torch_dtype:
+                raise PyptoError(f"output {k} is {t.dtype}{list(t.shape)}, expected {dt.torch_dtype}{list(want)}")
+        taken = {args[i].untyped_storage().data_ptr() for i in conv.tensor_args if args[i].numel()}
+        results = []
+        for kind, k in conv.outputs:
+            v = args[k] if kind == "arg" else outs[k]
+            if v.numel() and v.untyped_storage().data_ptr() in taken:
+                v = v.clone()     # never hand back an alias of an input or of another output
+            if v.numel():
+                taken.add(v.untyped_storage().data_ptr())
+            results.append(v)
+        return tuple(results) if conv.returns_tuple else results[0]
