@@ -46,6 +46,9 @@ def permute(input, *dims) -> Tensor:
         raise ShapeError(f"permute: expected {x.ndim} dims for a tensor of shape {fmt_shape(x.shape)}, "
                          f"found {list(dims)}")
     perm = tuple(normalize_dim(x, d, "permute") for d in dims)
+    if sorted(perm) != list(range(x.ndim)):
+        raise ShapeError(f"permute: dims {list(dims)} are not a permutation of the {x.ndim} dims of "
+                         f"a tensor of shape {fmt_shape(x.shape)}")
     moved = [i for i, d in enumerate(perm) if d != i]
     if not moved:
         return x

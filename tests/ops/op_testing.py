@@ -29,6 +29,10 @@ class Inp:
     kind: str = "normal"          # normal | positive | index:<dim size> | bool | int
     dtype: torch.dtype | None = None
 
+    def __post_init__(self):
+        if self.kind == "bool":
+            self.dtype = torch.bool
+
 
 @dataclass
 class Case:
