@@ -17,8 +17,8 @@ from ...errors import SimError
 from ...ir.block import CoreType, Kernel
 from ...ir.execution import Buffer, ExecutionGraph, Task
 from ...machine import MachineSpec, get_machine, load_machine
-from ...symbolic import evaluate
 from ..report import Report, set_last_report
+from .buffers import GMBuffers, bind_env
 from .control import expand, kernel_accesses
 from .deps import Geometry
 from .engine import SimState
@@ -37,89 +37,6 @@ def _machine(machine) -> MachineSpec:
     return load_machine(machine)
 
 
-def _bind_env(graph: ExecutionGraph, args: dict, env: dict) -> dict:
-    """Size symbols by name: the caller's, plus any a bare-symbol dim of an input's shape gives."""
-    out = {str(getattr(k, "name", k)): int(v) for k, v in (env or {}).items()}
-    for name, t in args.items():
-        b = graph.buffers.get(name)
-        if b is None or not hasattr(t, "shape") or b.view_of is not None:
-            continue
-        if len(t.shape) != len(b.shape):
-            raise SimError(f"argument '{name}' has shape {list(t.shape)}, the program's buffer is "
-                           f"{len(b.shape)}-d {list(b.shape)}")
-        for d, a in zip(b.shape, t.shape):
-            if hasattr(d, "is_Symbol") and d.is_Symbol:
-                if d.name in out and out[d.name] != a:
-                    raise SimError(f"size {d.name} is {out[d.name]} but argument '{name}' has {a} there "
-                                   f"(shape {list(t.shape)})")
-                out.setdefault(d.name, int(a))
-    return out
-
-
-def _poison(shape, dtype) -> torch.Tensor:
-    if dtype.is_floating_point:
-        return torch.full(shape, float("nan"), dtype=dtype)
-    return torch.zeros(shape, dtype=dtype)
-
-
-def _tensors(graph, args, shapes, env, timing_only):
-    """GM tensors by buffer name (shapes only in timing-only mode), the views' byte offsets, and the
-    (user tensor, our contiguous copy) pairs to copy back at the end."""
-    for name in args:
-        if name not in graph.buffers:
-            raise SimError(f"argument '{name}' is not a buffer of the program (buffers: {', '.join(graph.buffers)})")
-    tensors, views, copy_back = {}, {}, []
-
-    def base_of(name):
-        b = graph.buffers[name]
-        off = 0
-        while b.view_of is not None:
-            base = graph.buffers[b.view_of]
-            off += evaluate(b.view_offset, env) * base.dtype.itemsize
-            b = base
-        return b.name, off
-
-    for name, b in graph.buffers.items():
-        if b.view_of is not None:
-            views[name] = base_of(name)
-            continue
-        shape = shapes[name]
-        t = args.get(name)
-        if timing_only:
-            tensors[name] = shape
-            continue
-        if t is None:
-            if b.role in ("input", "constant"):
-                raise SimError(f"input '{name}' ({b.dtype}{list(b.shape)}) has no argument")
-            tensors[name] = _poison(shape, b.dtype.torch_dtype)
-            continue
-        if not isinstance(t, torch.Tensor):
-            raise SimError(f"argument '{name}' is a {type(t).__name__}, expected a torch.Tensor")
-        if t.dtype != b.dtype.torch_dtype:
-            raise SimError(f"argument '{name}' is {t.dtype}, the program expects {b.dtype.torch_dtype}")
-        if tuple(t.shape) != shape:
-            raise SimError(f"argument '{name}' has shape {list(t.shape)}, the program expects {list(shape)}")
-        if t.device.type != "cpu":
-            raise SimError(f"argument '{name}' is on {t.device}; the simulator takes CPU tensors")
-        if not t.is_contiguous():
-            c = t.contiguous()
-            copy_back.append((t, c))
-            t = c
-        tensors[name] = t
-    for name, (base, off) in views.items():
-        b = graph.buffers[name]
-        shape = shapes[name]
-        if timing_only:
-            tensors[name] = shape
-            continue
-        raw = tensors[base].reshape(-1).view(torch.uint8)
-        n = math.prod(shape) * b.dtype.itemsize
-        if off < 0 or off + n > raw.numel():
-            raise SimError(f"view '{name}' ({b.dtype}{list(shape)} at byte {off}) runs past its base '{base}'")
-        tensors[name] = raw[off:off + n].view(b.dtype.torch_dtype).view(shape)
-    return tensors, views, copy_back
-
-
 def run(graph: ExecutionGraph, args: dict, env: dict, *, machine=None, timing_only: bool = False,
         trace=None, policy: str = "fifo", check: bool = True, stitch: int = 1):
     """Run ``graph`` on the simulated machine.
@@ -130,32 +47,38 @@ def run(graph: ExecutionGraph, args: dict, env: dict, *, machine=None, timing_on
     "fifo" or "locality". check: the race / clobber / event checks. stitch: loop iterations per
     submission of the control program. Returns ({output name: tensor}, Report).
     """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)          # tile-sized ops: torch's thread pool only adds overhead
+    try:
+        return _run(graph, args, env, machine, timing_only, trace, policy, check, stitch)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(graph, args, env, machine, timing_only, trace, policy, check, stitch):
     wall0 = time.perf_counter()
     spec = _machine(machine)
     timing_only = bool(timing_only) or os.environ.get("PYPTO_TIMING_ONLY", "") not in ("", "0")
     trace = trace or os.environ.get("PYPTO_TRACE") or None
     args = dict(args or {})
-    env = _bind_env(graph, args, env)
-    shapes = {}
-    for name, b in graph.buffers.items():
-        shapes[name] = tuple(evaluate(d, env) for d in b.shape)
-    tensors, views, copy_back = _tensors(graph, args, shapes, env, timing_only)
-    geo = Geometry(shapes, {n: b.dtype.itemsize for n, b in graph.buffers.items()}, views)
-    instances, batches, _ = expand(graph, env, geo, stitch)
+    env = bind_env(graph, args, env)
+    bufs = GMBuffers(graph, args, env, timing_only)
+    shapes = bufs.shapes
+    instances, batches, _ = expand(graph, env, Geometry(bufs), stitch)
 
     state = SimState(spec, functional=not timing_only, check=check, trace=bool(trace))
-    launcher = Launcher(state, graph, tensors, env, spec)
+    launcher = Launcher(state, graph, bufs, env, spec)
     sched = Scheduler(state, spec, launcher, policy)
     cycles = sched.run(batches)
 
-    for user, ours in copy_back:
+    for user, ours in bufs.copy_back:
         user.copy_(ours)
     outputs = {}
     for name in graph.outputs:
         if timing_only:
             outputs[name] = torch.empty(shapes[name], dtype=graph.buffers[name].dtype.torch_dtype, device="meta")
         else:
-            outputs[name] = args[name] if name in args else tensors[name]
+            outputs[name] = args[name] if name in args else bufs.get(name, env)
     report = _report(graph, spec, state, shapes, cycles, len(instances), timing_only)
     if trace:
         report.trace_file = write_trace(str(trace), state, spec, sched.dispatch_slices)

@@ -77,8 +77,7 @@ class _TaskPlan:
     def _regions(self, regions, params, what, geo):
         if regions is None:
             bufs = sorted({self.task.gm_args[p] for p in params})
-            boxes = [b for b in (geo.whole(n) for n in bufs) if b is not None]
-            return lambda env: boxes
+            return lambda env: [b for b in (geo.whole(n, env) for n in bufs) if b is not None]
         plans = []
         for r in regions:
             if r.buffer not in geo.shapes:
@@ -90,7 +89,7 @@ class _TaskPlan:
             out = []
             for name, n, fn in plans:
                 v = fn(env)
-                b = geo.box(name, v[:n], v[n:])
+                b = geo.box(name, v[:n], v[n:], env)
                 if b is not None:
                     out.append(b)
             return out

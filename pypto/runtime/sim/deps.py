@@ -11,29 +11,30 @@ from __future__ import annotations
 
 import math
 
-GRID = 32
+GRID = 16            # at most GRID x GRID cells per base buffer
+MIN_CELL = (8, 64)   # rows, cols
 
 
 class Geometry:
-    """Evaluated shapes of the program's buffers and where views sit in their bases.
-    ``shapes``: name -> shape; ``itemsize``: name -> bytes; ``views``: name -> (base, byte offset)."""
+    """Boxes of the program's buffers in base-buffer coordinates (``bufs``: a buffers.GMBuffers)."""
 
-    def __init__(self, shapes: dict, itemsize: dict, views: dict):
-        self.shapes = shapes
-        self.info = {n: (*views.get(n, (n, 0)), itemsize[n]) for n in shapes}
+    def __init__(self, bufs):
+        self.bufs = bufs
+        self.shapes = bufs.shapes
         self.base_rc = {}
-        for name in shapes:
-            base = self.info[name][0]
-            shape = shapes[base]
+        for name in self.shapes:
+            base = bufs.location(name, {})[0] if not bufs.is_dynamic(name) else bufs.views[name][0]
+            shape = self.shapes[base]
             cols = shape[-1] if len(shape) else 1
             rows = math.prod(shape[:-1]) if len(shape) > 1 else 1
-            self.base_rc[base] = (rows, cols, itemsize[base])
+            self.base_rc[base] = (rows, cols, bufs.itemsize[base])
 
-    def box(self, name: str, offsets, extents):
-        """(base, r0, r1, c0, c1) or None for an empty region."""
+    def box(self, name: str, offsets, extents, env: dict):
+        """(base, r0, r1, c0, c1) or None for an empty region; ``env`` gives loop-dependent view offsets."""
         if any(e <= 0 for e in extents):
             return None
-        base, byte_off, isz = self.info[name]
+        base, byte_off = self.bufs.location(name, env)
+        isz = self.bufs.itemsize[name]
         shape = self.shapes[name]
         if base == name:
             if len(shape) <= 1:
@@ -59,9 +60,9 @@ class Geometry:
             return (base, rs, re, es % cols, (ee - 1) % cols + 1)
         return (base, rs, re, 0, cols)
 
-    def whole(self, name: str):
+    def whole(self, name: str, env: dict):
         shape = self.shapes[name]
-        return self.box(name, (0,) * len(shape), tuple(shape))
+        return self.box(name, (0,) * len(shape), tuple(shape), env)
 
 
 def _overlap(a, b) -> bool:
@@ -76,13 +77,18 @@ class DependencyTracker:
     def __init__(self, geometry: Geometry):
         self.geo = geometry
         self.grids: dict = {}       # base -> {(cell_r, cell_c): [(box, tid, is_write)]}
+        self.whole: dict = {}       # base -> [(box, tid, is_write)] for accesses of the whole base
         self.cell: dict = {}
+
+    def _is_whole(self, box) -> bool:
+        rows, cols, _ = self.geo.base_rc[box[0]]
+        return box[1] == 0 and box[3] == 0 and box[2] >= rows and box[4] >= cols
 
     def _cells(self, box):
         base = box[0]
         if base not in self.cell:
             rows, cols, _ = self.geo.base_rc[base]
-            self.cell[base] = (max(1, -(-rows // GRID)), max(1, -(-cols // GRID)))
+            self.cell[base] = (max(MIN_CELL[0], -(-rows // GRID)), max(MIN_CELL[1], -(-cols // GRID)))
             self.grids[base] = {}
         cr, cc = self.cell[base]
         grid = self.grids[base]
@@ -90,26 +96,45 @@ class DependencyTracker:
             for c in range(box[3] // cc, (box[4] - 1) // cc + 1):
                 yield grid, (r, c)
 
+    def _candidates(self, box):
+        yield from self.whole.get(box[0], ())
+        if self._is_whole(box):
+            for lst in self.grids.get(box[0], {}).values():
+                yield from lst
+        else:
+            for grid, key in self._cells(box):
+                yield from grid.get(key, ())
+
     def add(self, tid: int, reads: list, writes: list) -> set:
         """Record a task's accesses (boxes); returns the ids of earlier tasks it must follow."""
         deps = set()
         for box in reads:
-            for grid, key in self._cells(box):
-                for other, otid, w in grid.get(key, ()):
-                    if w and otid != tid and _overlap(box, other):
-                        deps.add(otid)
+            for other, otid, w in self._candidates(box):
+                if w and otid != tid and _overlap(box, other):
+                    deps.add(otid)
         for box in writes:
-            for grid, key in self._cells(box):
-                for other, otid, w in grid.get(key, ()):
-                    if otid != tid and _overlap(box, other):
-                        deps.add(otid)
+            for other, otid, w in self._candidates(box):
+                if otid != tid and _overlap(box, other):
+                    deps.add(otid)
         for box in writes:
-            for grid, key in self._cells(box):
-                lst = grid.get(key)
-                if lst:
-                    lst[:] = [e for e in lst if not _covers(box, e[0])]
-                grid.setdefault(key, []).append((box, tid, True))
+            self._record(box, tid, True)
         for box in reads:
-            for grid, key in self._cells(box):
-                grid.setdefault(key, []).append((box, tid, False))
+            self._record(box, tid, False)
         return deps
+
+    def _record(self, box, tid, write):
+        base = box[0]
+        if self._is_whole(box):
+            if write:                           # ordered after everything before: forget it all
+                self.grids[base] = {}
+                self.whole[base] = []
+            self.whole.setdefault(base, []).append((box, tid, write))
+            return
+        for grid, key in self._cells(box):
+            lst = grid.get(key)
+            if lst is None:
+                grid[key] = [(box, tid, write)]
+                continue
+            if write:
+                lst[:] = [e for e in lst if not _covers(box, e[0])]
+            lst.append((box, tid, write))

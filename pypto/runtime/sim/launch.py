@@ -11,12 +11,12 @@ from .program import compile_block
 
 
 class _TaskInfo:
-    __slots__ = ("kind", "aic", "aiv", "gm", "gm_names", "env", "params")
+    __slots__ = ("kind", "aic", "aiv", "gm", "gm_names", "env", "params", "dynamic")
 
 
 class Launcher:
-    def __init__(self, state, graph, tensors: dict, env: dict, spec):
-        self.state, self.graph, self.tensors, self.env, self.spec = state, graph, tensors, env, spec
+    def __init__(self, state, graph, bufs, env: dict, spec):
+        self.state, self.graph, self.bufs, self.env, self.spec = state, graph, bufs, env, spec
         self._info: dict = {}
 
     def info(self, task) -> _TaskInfo:
@@ -31,8 +31,12 @@ class Launcher:
         info.aic = compile_block(aic, self.spec) if aic is not None else None
         info.aiv = compile_block(aiv, self.spec) if aiv is not None else None
         info.kind = "cluster" if aic is not None and aiv is not None else ("AIC" if aic is not None else "AIV")
-        info.gm = {p: self.tensors[b] for p, b in task.gm_args.items()}
-        info.gm_names = dict(task.gm_args)
+        bufs = self.bufs
+        # GM tensors and (base, byte offset) L2 identities; views that move with a loop variable per instance
+        info.dynamic = [p for p, b in task.gm_args.items() if bufs.is_dynamic(b)]
+        info.gm = {p: (bufs.get(b, self.env) if p not in info.dynamic else bufs.shapes[b])
+                   for p, b in task.gm_args.items()}
+        info.gm_names = {p: bufs.location(b, self.env) for p, b in task.gm_args.items() if p not in info.dynamic}
         env = dict(self.env)
         for blk in kernel.blocks:
             for g in blk.gm_params:
@@ -80,7 +84,14 @@ class Launcher:
             per = st.aiv_per_aic
             parts = [(st.aic[i], info.aic, 0)] + [(st.aiv[i * per + s], info.aiv, s) for s in range(per)]
         env = {**info.env, **inst.scalars}
-        end = run_instance(st, parts, env, info.gm, info.gm_names, start, k, inst.block_dim)
+        gm, names = info.gm, info.gm_names
+        if info.dynamic:
+            gm, names = dict(gm), dict(names)
+            for p in info.dynamic:
+                b = inst.task.gm_args[p]
+                gm[p] = self.bufs.get(b, inst.loop_env)
+                names[p] = self.bufs.location(b, inst.loop_env)
+        end = run_instance(st, parts, env, gm, names, start, k, inst.block_dim)
         label = inst.label + (f" #{k}" if inst.block_dim > 1 else "")
         for core, cb, _ in parts:
             core.last_task = inst.id

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ...errors import SimError
 from ...ir.block import (Block, CoreType, CrossCoreSetFlag, CrossCoreWaitFlag, For, GMRegion, If, Instr,
-                         PipeBarrier, SetFlag, WaitFlag)
+                         PipeBarrier, SetFlag, WaitFlag, walk)
 from ...ir.block_printer import _fmt_operand
 from ...ir.isa import ISA, MemSpace, Pipe, pipe_of
 from .exprs import constant, free_names, ident, to_source
@@ -322,10 +322,18 @@ _CACHE: dict = {}
 _CACHE_SIZE = 256
 
 
+def _fingerprint(block: Block) -> tuple:
+    """Cheap identity of a Block's contents: its statement, operand and tile objects (an edit replaces some)."""
+    stmts = tuple((id(s), tuple(map(id, getattr(s, "operands", ()))), id(getattr(s, "attrs", None)))
+                  for s in walk(block.body))
+    tiles = tuple((t.name, t.space, t.dtype.name, t.shape, t.addr, id(t.valid)) for t in block.tiles)
+    return (stmts, tiles, len(block.body), tuple(map(id, block.gm_params)))
+
+
 def compile_block(block: Block, spec) -> CompiledBlock:
     """Compiled once per Block and machine; a Block edited since (its text changed) is compiled again."""
     key = (id(block), id(spec))
-    text = repr(block)
+    text = _fingerprint(block)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] == text:
         return hit[1]
