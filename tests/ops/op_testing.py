@@ -71,8 +71,9 @@ def make_input(inp: Inp, dtype: torch.dtype, t_value: int, gen: torch.Generator)
         return torch.randint(0, bound, shape, generator=gen).to(dt or torch.int64)
     if inp.kind == "bool":
         return torch.rand(shape, generator=gen) > 0.5
-    if inp.kind == "int":
-        return torch.randint(-5, 6, shape, generator=gen).to(dt)
+    if inp.kind == "int" or (inp.kind == "positive" and not dt.is_floating_point):
+        low = 1 if inp.kind == "positive" else -5
+        return torch.randint(low, 6, shape, generator=gen).to(dt)
     x = torch.randn(shape, generator=gen)
     if inp.kind == "positive":
         x = x.abs() + 0.5

@@ -23,6 +23,13 @@ def _pad_rows(x, rows, value):
     return F.pad(x[:rows], (0, 0, 0, rows - min(rows, x.shape[0])), value=value)
 
 
+def _write_box(m, x):
+    y = m.zeros_like(x)
+    y[:, 2:5] = x[:, :3]
+    y[0] = 7.0
+    return y
+
+
 CASES = [
     Case("transpose", lambda m, x: m.transpose(x, 0, 1), [X]),
     Case("transpose_negative", lambda m, x: x.transpose(-1, -3), [X3]),
@@ -71,6 +78,8 @@ CASES = [
     Case("getitem_box", lambda m, x: x[1:5, 2:-3], [X]),
     Case("getitem_int_none_ellipsis", lambda m, x: x[..., -1, None], [X3]),
     Case("zeros_ones_full_like", lambda m, x: (m.zeros_like(x), m.ones_like(x), m.full_like(x, 2.5)), [X]),
+    Case("setitem_box", lambda m, x: _write_box(m, x), [X]),
+    Case("captured_constant", lambda m, x: m.add(x, torch.arange(24.0)), [X]),
     Case("zeros_full_in_trace", lambda m, x: (m.zeros(3, 4), m.full((2, 5), 1.5)), [X], dtypes=ONE),
 ]
 
