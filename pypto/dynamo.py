@@ -36,6 +36,8 @@ log = logging.getLogger("pypto.dynamo")
 # (compiled through pypto), fallbacks (partitions left in eager after a pypto failure), run_fallbacks,
 # eager_ops (ATen nodes left in eager because pypto has no rule for them), runs (pypto partition calls)
 counters: collections.Counter = collections.Counter()
+# the most recently compiled pypto partitions (PyptoPartition modules), for inspection
+partitions: collections.deque = collections.deque(maxlen=64)
 _graph_ids = itertools.count()
 
 OPTIONS = ("backend", "machine", "dump", "strict", "timing_only", "trace")
@@ -67,6 +69,7 @@ def parse_options(options: dict | None) -> Options:
 
 def reset() -> None:
     counters.clear()
+    partitions.clear()
 
 
 # ============================================================================ the backend
@@ -167,7 +170,9 @@ def compile_partition(sub: torch.fx.GraphModule, name: str, opts: Options) -> to
         return sub
     counters["partitions"] += 1
     log.debug("pypto: compiled %s on %s:\n%s", name, opts.backend, conv.graph)
-    return PyptoPartition(name, sub, conv, compiled, opts)
+    part = PyptoPartition(name, sub, conv, compiled, opts)
+    partitions.append(part)
+    return part
 
 
 def _why(e: Exception) -> str:

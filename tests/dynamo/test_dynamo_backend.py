@@ -1,0 +1,148 @@
+"""The backend's plumbing: entry point, options, partitioning around unsupported ops, and the eager
+fallback on every kind of pypto failure (with a logged reason), never a wrong answer."""
+import importlib.metadata
+import logging
+import sys
+
+import pytest
+import sympy
+import torch
+
+import pypto
+import pypto.dynamo as pd
+import pypto.dynamo_convert as dc
+from models import MLP, WithUnsupportedOp
+
+aten = torch.ops.aten
+
+
+def _compile(model, **options):
+    return torch.compile(model, backend="pypto", options={"backend": "reference", **options})
+
+
+def test_entry_point_names_the_backend():
+    eps = importlib.metadata.entry_points(group="torch_dynamo_backends")
+    assert [e.value for e in eps if e.name == "pypto"] == ["pypto.dynamo:pypto_backend"]
+    from torch._dynamo.backends.registry import lookup_backend
+    assert lookup_backend("pypto") is pd.pypto_backend
+    assert "torch_npu" not in sys.modules
+
+
+def test_options_are_checked():
+    assert pd.parse_options(None).backend == pypto.get_backend()
+    assert pd.parse_options({"backend": "reference", "machine": "a5"}).machine == "a5"
+    with pytest.raises(pypto.PyptoError, match="unknown option.*bogus"):
+        pd.parse_options({"bogus": 1})
+    with pytest.raises(pypto.PyptoError, match="unknown backend"):
+        pd.parse_options({"backend": "tpu"})
+    with pytest.raises(Exception, match="unknown option"):
+        _compile(torch.exp, bogus=1)(torch.randn(3))
+
+
+def test_unsupported_op_splits_the_graph(caplog):
+    torch.manual_seed(0)
+    model = WithUnsupportedOp().eval()
+    compiled = _compile(model)
+    x = torch.randn(3, 4, 16)
+    with caplog.at_level(logging.INFO, logger="pypto.dynamo"), torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    # fc1+tanh+scale before cumprod, fc2+exp after it: two pypto partitions, cumprod in eager
+    assert pd.counters["partitions"] == 2 and pd.counters["runs"] == 2
+    assert pd.counters["eager_ops"] >= 1
+    assert "no pypto rule for aten.cumprod" in caplog.text
+
+
+def _broken(*args, **kwargs):
+    raise RuntimeError("deliberately broken converter")
+
+
+def test_broken_conversion_falls_back_with_reason(monkeypatch, caplog):
+    monkeypatch.setitem(dc.RULES, aten.addmm.default, dc.Rule(_broken, needs=("matmul",)))
+    torch.manual_seed(0)
+    model = MLP().eval()
+    compiled = _compile(model)
+    x = torch.randn(5, 16)
+    with caplog.at_level(logging.WARNING, logger="pypto.dynamo"), torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+    assert pd.counters["fallbacks"] == 1 and pd.counters["runs"] == 0
+    assert "runs in eager" in caplog.text and "deliberately broken converter" in caplog.text
+
+
+def test_wrong_shape_from_a_rule_is_caught(monkeypatch, caplog):
+    """A rule bug that would give a wrong answer (here: a row sum that forgets to reduce) is caught by
+    the check against torch's FakeTensor shapes, and the partition runs in eager."""
+    monkeypatch.setitem(dc.RULES, aten.sum.dim_IntList, dc.Rule(lambda cx, input, **_: input))
+
+    def f(x):
+        return (x.exp().sum(-1, keepdim=True) + 1).log()
+    x = torch.randn(4, 6)
+    with caplog.at_level(logging.WARNING, logger="pypto.dynamo"):
+        torch.testing.assert_close(_compile(f)(x), f(x))
+    assert pd.counters["fallbacks"] == 1
+    assert "differs from torch's" in caplog.text
+
+
+def test_failure_at_run_time_falls_back(monkeypatch, caplog):
+    def failing_run(self, inputs, env):
+        raise pypto.SimError("simulated device failure")
+    monkeypatch.setattr(pypto.backends.Compiled, "run", failing_run)
+    torch.manual_seed(0)
+    model = MLP().eval()
+    compiled = _compile(model)
+    with caplog.at_level(logging.WARNING, logger="pypto.dynamo"), torch.no_grad():
+        for n in (3, 3):
+            x = torch.randn(n, 16)
+            torch.testing.assert_close(compiled(x), model(x))
+    assert pd.counters["run_fallbacks"] == 1       # the second call goes straight to eager
+    assert "failed at run time" in caplog.text and "simulated device failure" in caplog.text
+
+
+def test_strict_mode_raises(monkeypatch):
+    monkeypatch.setitem(dc.RULES, aten.addmm.default, dc.Rule(_broken, needs=("matmul",)))
+    with pytest.raises(Exception, match="deliberately broken"):
+        _compile(MLP().eval(), strict=True)(torch.randn(2, 16))
+
+
+def test_backward_through_an_unsupported_op_matches_eager():
+    torch.manual_seed(0)
+    model = WithUnsupportedOp()
+    twin = WithUnsupportedOp()
+    twin.load_state_dict(model.state_dict())
+    x = torch.randn(2, 3, 16, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    model(x).sum().backward()
+    _compile(twin)(x2).sum().backward()
+    torch.testing.assert_close(x2.grad, x.grad, rtol=1e-4, atol=1e-4)
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_output_never_aliases_an_input():
+    def f(x):
+        return x.view(-1), (x * 2).exp()
+    x = torch.randn(3, 4)
+    a, b = _compile(f)(x)
+    torch.testing.assert_close(b, (x * 2).exp())
+    a.add_(1)                              # eager semantics: a is a view of x
+    torch.testing.assert_close(a.view(3, 4), x)
+
+
+def test_dump_writes_each_partition(tmp_path):
+    _compile(lambda x: x.sigmoid() * x, dump=str(tmp_path))(torch.randn(4, 4))
+    files = sorted(p.name for p in tmp_path.rglob("*") if p.is_file())
+    assert files == ["aten_graph.py", "tensor_graph.txt"]
+    assert "sigmoid" in next(tmp_path.rglob("tensor_graph.txt")).read_text()
+
+
+def test_size_expressions_translate():
+    from torch.utils._sympy.functions import CeilDiv, FloorDiv, Max, ModularIndexing
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    n = pypto.symbolic.symbol("s0")
+    assert dc.size_expr(FloorDiv(s0, 4)) == sympy.floor(n / 4)
+    ceil = dc.size_expr(CeilDiv(s0, 4))
+    assert [pypto.symbolic.evaluate(ceil, {"s0": v}) for v in (4, 5, 8, 9)] == [1, 2, 2, 3]
+    assert dc.size_expr(Max(s0, 3) * 2) == 2 * sympy.Max(n, 3)
+    assert dc.size_expr(ModularIndexing(s0, 2, 8)) == sympy.Mod(sympy.floor(n / 2), 8)
+    assert pypto.symbolic.evaluate(dc.size_expr(FloorDiv(s0, 4) + 1), {"s0": 10}) == 3
+    with pytest.raises(dc.ConversionError):
+        dc.size_expr(sympy.sin(s0))
