@@ -1,0 +1,63 @@
+"""PTO-ISA C++ types for Block IR tiles and GM tensor views.
+
+Vector tiles (UB) are row-major ``Tile<TileType::Vec, ...>``; a tile whose rows are not 32-byte
+multiples but whose columns are (e.g. the [rows, 1] result of a row reduction) is declared
+column-major, which is the same memory for a single column and satisfies the device's alignment
+rule. L1 tiles feed the cube and use the NZ fractal layout (TLOAD converts from ND GM);
+L0A / L0B / L0C use the TileLeft / TileRight / TileAcc aliases of the target.
+"""
+from __future__ import annotations
+
+from ..ir.block import TileDecl
+from ..ir.isa import MemSpace
+from ..symbolic import is_static
+
+ALIGN_BYTES = 32
+
+
+def _valid_arg(valid, full: int) -> str:
+    """Template argument of one valid dimension: the static count or DYNAMIC."""
+    if is_static(valid):
+        return str(int(valid))
+    return "DYNAMIC"
+
+
+def valid_args(t: TileDecl) -> tuple[str, str]:
+    vr, vc = t.valid_shape
+    return _valid_arg(vr, t.shape[0]), _valid_arg(vc, t.shape[1])
+
+
+def dynamic_dims(t: TileDecl) -> tuple[bool, bool]:
+    vr, vc = t.valid_shape
+    return not is_static(vr), not is_static(vc)
+
+
+def tile_type(t: TileDecl) -> str:
+    """The C++ type of a tile, e.g. ``Tile<TileType::Vec, half, 4, 4096, BLayout::RowMajor, DYNAMIC, 4096>``."""
+    rows, cols = t.shape
+    vr, vc = valid_args(t)
+    el = t.dtype.cpp
+    space = MemSpace(t.space)
+    if space == MemSpace.UB:
+        col_major = t.layout == "DN" or (
+            (cols * t.dtype.itemsize) % ALIGN_BYTES != 0 and (rows * t.dtype.itemsize) % ALIGN_BYTES == 0)
+        layout = "BLayout::ColMajor" if col_major else "BLayout::RowMajor"
+        return f"Tile<TileType::Vec, {el}, {rows}, {cols}, {layout}, {vr}, {vc}>"
+    if space == MemSpace.L1:
+        return f"Tile<TileType::Mat, {el}, {rows}, {cols}, BLayout::ColMajor, {vr}, {vc}, SLayout::RowMajor>"
+    alias = {MemSpace.L0A: "TileLeft", MemSpace.L0B: "TileRight", MemSpace.L0C: "TileAcc"}[space]
+    return f"{alias}<{el}, {rows}, {cols}, {vr}, {vc}>"
+
+
+def scratch_type(dtype, shape) -> str:
+    rows, cols = shape
+    return f"Tile<TileType::Vec, {dtype.cpp}, {rows}, {cols}>"
+
+
+def gm_view_type(dtype, transposed: bool) -> str:
+    """A GM view whose box shape and row stride are set at run time (see pypto::gm_box)."""
+    if transposed:
+        return (f"GlobalTensor<{dtype.cpp}, Shape<1, 1, 1, DYNAMIC, DYNAMIC>, Stride<1, 1, 1, 1, DYNAMIC>, "
+                f"Layout::DN>")
+    return (f"GlobalTensor<{dtype.cpp}, Shape<1, 1, 1, DYNAMIC, DYNAMIC>, Stride<1, 1, 1, DYNAMIC, 1>, "
+            f"Layout::ND>")

@@ -1,0 +1,120 @@
+"""The ``cpu`` backend: the generated PTO-ISA C++ of every kernel, compiled by g++ against pypto's
+own header-only CPU implementation of the PTO tile API (include/), cached by content hash, and
+run natively over torch tensors' memory.
+
+    outputs, report = pypto.runtime.cpu.run(graph, {"x": x}, {"M": 77})
+    outputs, report = pypto.runtime.cpu.run_kernel(kernel, {"x": x, "y": y}, {"r0": 0}, block_dim=4)
+
+The report carries wall time (cycles and roofline stay None: only ``sim`` models the machine).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+from ...codegen import generate_module
+from ...errors import PyptoError
+from ...ir.block import Kernel
+from ...ir.execution import Buffer, ExecutionGraph, Task
+from ...machine import MachineSpec, get_machine, load_machine
+from ..report import Report, set_last_report
+from . import compiler
+from .compiler import STATS, INCLUDE_DIR
+from .errors import CpuKernelError, FlagWarning
+from .executor import Buffers, bind_env, execute, expand
+from .library import KernelLibrary
+
+__all__ = ["run", "run_kernel", "build", "CpuKernelError", "FlagWarning", "STATS", "INCLUDE_DIR"]
+
+_LOADED: dict[str, KernelLibrary] = {}
+
+
+def _machine(machine) -> MachineSpec:
+    if machine is None:
+        return get_machine()
+    if isinstance(machine, MachineSpec):
+        return machine
+    return load_machine(machine)
+
+
+def build(kernels, machine=None) -> tuple[KernelLibrary, compiler.BuildResult]:
+    """Generate, compile (or find in the cache) and load the library of ``kernels`` (list or dict)."""
+    spec = _machine(machine)
+    module = generate_module(kernels, spec)
+    result = compiler.build(module.files)
+    lib = _LOADED.get(result.key)
+    if lib is None:
+        by_name = kernels if isinstance(kernels, dict) else {k.name: k for k in kernels}
+        lib = KernelLibrary(result.library, module.abis, by_name)
+        _LOADED[result.key] = lib
+    return lib, result
+
+
+def _threads(threads) -> int:
+    if threads is not None:
+        return max(1, int(threads))
+    env = os.environ.get("PYPTO_CPU_THREADS")
+    return max(1, int(env)) if env else (os.cpu_count() or 1)
+
+
+def run(graph: ExecutionGraph, args: dict, env: dict, *, machine=None, threads=None, **ignored):
+    """Run ``graph`` natively. args: buffer name -> CPU tensor (inputs; outputs to write in place,
+    optionally); env: size symbol name -> int. threads: host threads (default: all CPUs, or
+    PYPTO_CPU_THREADS). Options of other backends (timing_only, trace, policy...) are accepted and
+    ignored. Returns ({output name: tensor}, Report)."""
+    spec = _machine(machine)
+    nthreads = _threads(threads)
+    args = dict(args or {})
+    wall0 = time.perf_counter()
+    lib, built = build(graph.kernels, spec)
+    build_s = time.perf_counter() - wall0
+    env = bind_env(graph, args, env)
+    buffers = Buffers(graph, args, env)
+    instances = expand(graph, env, buffers, lib.abis)
+
+    def launch(inst, n):
+        gm = {p: buffers.tensors[b] for p, b in inst.task.gm_args.items()}
+        lib.launch(inst.task.kernel, gm, inst.ints, inst.reals, inst.block_dim, n, spec)
+
+    torch_threads = torch.get_num_threads()
+    t0 = time.perf_counter()
+    try:
+        execute(instances, launch, nthreads)
+    finally:
+        torch.set_num_threads(torch_threads)
+    run_s = time.perf_counter() - t0
+    for user, ours in buffers.copy_back:
+        user.copy_(ours)
+    outputs = {name: args[name] if name in args else buffers.tensors[name] for name in graph.outputs}
+    report = Report(backend="cpu", machine=spec.name, tasks=len(instances),
+                    blocks=sum(i.block_dim for i in instances), wall_s=run_s,
+                    notes=[f"build: {'cache hit' if built.cached else f'g++ {built.build_s:.2f} s'} "
+                           f"({built.library.parent.name})",
+                           f"setup {build_s * 1e3:.1f} ms, run {run_s * 1e3:.2f} ms on {nthreads} thread(s)"])
+    set_last_report(report)
+    return outputs, report
+
+
+def run_kernel(kernel: Kernel, args: dict, scalars: dict | None = None, block_dim: int = 1, **options):
+    """One launch of ``kernel`` over ``block_dim`` cores (a one-task ExecutionGraph whose buffers are
+    the kernel's GM params, shapes from ``args``; params the kernel stores to are the outputs).
+    Same options as ``run``."""
+    params = {}
+    for b in kernel.blocks:
+        for g in b.gm_params:
+            params.setdefault(g.name, g)
+    stores = {o.param for b in kernel.blocks for ins in b.instructions() if ins.spec.kind == "store"
+              for o in ins.operands if hasattr(o, "param")}
+    buffers = {}
+    for name, g in params.items():
+        t = args.get(name)
+        if t is None:
+            raise PyptoError(f"run_kernel: no argument for GM param '{name}' of kernel {kernel.name}", loc=kernel.loc)
+        buffers[name] = Buffer(name, tuple(t.shape), g.dtype, "output" if name in stores else "input")
+    task = Task(kernel.name, {n: n for n in params}, dict(scalars or {}), block_dim, loc=kernel.loc,
+                name=kernel.name)
+    graph = ExecutionGraph({kernel.name: kernel}, buffers, [n for n in params if n not in stores],
+                           [n for n in params if n in stores], [task])
+    return run(graph, {n: t for n, t in args.items() if isinstance(t, torch.Tensor)}, {}, **options)

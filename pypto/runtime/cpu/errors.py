@@ -1,0 +1,13 @@
+"""What the cpu backend reports when a generated kernel does what the device would get wrong."""
+from __future__ import annotations
+
+from ...errors import SimError
+
+
+class CpuKernelError(SimError):
+    """A kernel failed while running natively: a wait_flag with no matching set_flag, a tile
+    placed beyond its memory, a GM box outside its tensor, a cross-core deadlock..."""
+
+
+class FlagWarning(UserWarning):
+    """A kernel left set_flag signals that nothing waited for (they would leak into the next kernel)."""

@@ -1,0 +1,189 @@
+// pypto CPU launcher runtime: runs the cores of one kernel launch on host threads.
+//
+// A launch of a one-core-type kernel runs block_dim cores; threads take block indices from a
+// shared counter, and each core gets fresh flag counts and its own local memories (sized from
+// the machine spec). A cube + vector kernel runs block_dim clusters; the cube core and its
+// vector sub-blocks of one cluster run on threads of their own, so cross-core flags can block.
+// Errors are caught per core and reported back as text (the first real one wins).
+#pragma once
+
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <pypto/kernel_support.hpp>
+
+namespace pypto::rt {
+
+// Filled by the Python side (pypto/runtime/cpu/library.py keeps the same layout).
+struct LaunchConfig {
+    int64_t block_dim;
+    int64_t threads;
+    int64_t subblocks;       // vector sub-blocks per cluster in cube + vector kernels
+    int64_t capacity[5];     // UB, L1, L0A, L0B, L0C bytes per core
+    int64_t alignment;       // bytes
+};
+
+using CoreFn = std::function<void(const CoreIndex&)>;
+
+class Launch {
+public:
+    Launch(const LaunchConfig& config, const char* kernel, char* message, size_t message_size)
+        : config_(config), kernel_(kernel), message_(message), message_size_(message_size)
+    {
+        if (message_size_ > 0) message_[0] = '\0';
+    }
+
+    // Returns 0 on success, 1 when a core failed, 2 on success with warnings (text in message).
+    int run(const CoreFn& cube, const CoreFn& vector)
+    {
+        const int64_t n = config_.block_dim;
+        const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(config_.threads, n));
+        std::atomic<int64_t> next{0};
+        auto worker = [&]() {
+            for (int64_t i = next++; i < n && !failed_; i = next++) {
+                if (cube && vector) {
+                    run_cluster(i, cube, vector);
+                } else {
+                    CoreIndex id{i, n, 0, 1};
+                    run_core(cube ? cube : vector, id, cube ? "cube core " : "vector core ", nullptr, 0);
+                }
+            }
+        };
+        if (workers == 1) {
+            worker();
+        } else {
+            std::vector<std::thread> pool;
+            for (int64_t t = 1; t < workers; ++t) pool.emplace_back(worker);
+            worker();
+            for (auto& t : pool) t.join();
+        }
+        if (!error_.empty()) {
+            write_message(error_);
+            return 1;
+        }
+        if (!warning_.empty()) {
+            write_message(warning_);
+            return 2;
+        }
+        return 0;
+    }
+
+private:
+    void run_cluster(int64_t cluster, const CoreFn& cube, const CoreFn& vector)
+    {
+        const int64_t subblocks = std::max<int64_t>(1, config_.subblocks);
+        ClusterSync sync(static_cast<int>(subblocks));
+        std::vector<std::thread> vec_threads;
+        for (int64_t s = 0; s < subblocks; ++s) {
+            vec_threads.emplace_back([&, s]() {
+                CoreIndex id{cluster, config_.block_dim, s, subblocks};
+                run_core(vector, id, "vector sub-block ", &sync, static_cast<int>(1 + s));
+            });
+        }
+        CoreIndex id{cluster, config_.block_dim, 0, subblocks};
+        run_core(cube, id, "cube core ", &sync, 0);
+        for (auto& t : vec_threads) t.join();
+    }
+
+    void run_core(const CoreFn& fn, const CoreIndex& id, const char* kind, ClusterSync* sync, int role)
+    {
+        const std::string where = std::string(kernel_) + ", " + kind + std::to_string(id.block_idx) +
+                                  (sync && role > 0 ? "." + std::to_string(role - 1) : std::string());
+        CoreSlot slot(config_);
+        slot.enter(where);
+        bind_cluster(sync, role);
+        bool failed = false;
+        try {
+            fn(id);
+        } catch (const ClusterAborted&) {
+            failed = true;
+        } catch (const std::exception& e) {
+            failed = true;
+            record(error_, where + ": " + e.what());
+        }
+        if (sync) sync->finish(role, failed);
+        bind_cluster(nullptr, 0);
+        if (!failed) {
+            const std::string left = slot.leftover_flags();
+            if (!left.empty()) record(warning_, where + ": flags set and never waited for: " + left);
+        }
+        slot.leave();
+    }
+
+    // The local memories and flag state of the core a thread is about to run (reused per thread).
+    struct CoreSlot {
+        explicit CoreSlot(const LaunchConfig& config) : config(config) {}
+
+        void enter(const std::string& name)
+        {
+#if defined(PYPTO_CPU_PTO)
+            thread_local pto::cpu::CoreMemory memory;
+            thread_local pto::cpu::CoreState state;
+            size_t cap[pto::cpu::kSpaceCount];
+            for (int s = 0; s < pto::cpu::kSpaceCount; ++s) cap[s] = static_cast<size_t>(config.capacity[s]);
+            if (!memory.block || std::memcmp(memory.capacity, cap, sizeof cap) != 0) memory.allocate(cap);
+            memory.attach(state);
+            state.alignment = static_cast<size_t>(config.alignment);
+            state.reset_flags();
+            state.name = name;
+            current = &state;
+            pto::cpu::tls_core = &state;
+#else
+            (void)name;
+#endif
+        }
+
+        std::string leftover_flags() const
+        {
+#if defined(PYPTO_CPU_PTO)
+            return current ? current->leftover_flags() : std::string();
+#else
+            return std::string();
+#endif
+        }
+
+        void leave()
+        {
+#if defined(PYPTO_CPU_PTO)
+            pto::cpu::tls_core = nullptr;
+#endif
+        }
+
+        const LaunchConfig& config;
+#if defined(PYPTO_CPU_PTO)
+        pto::cpu::CoreState* current = nullptr;
+#endif
+    };
+
+    void record(std::string& slot, const std::string& text)
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (&slot == &error_) failed_ = true;
+        if (slot.empty()) slot = text;
+    }
+
+    void write_message(const std::string& text)
+    {
+        if (message_size_ == 0) return;
+        const size_t n = std::min(text.size(), message_size_ - 1);
+        std::memcpy(message_, text.data(), n);
+        message_[n] = '\0';
+    }
+
+    LaunchConfig config_;
+    const char* kernel_;
+    char* message_;
+    size_t message_size_;
+    std::mutex mutex_;
+    std::string error_;
+    std::string warning_;
+    std::atomic<bool> failed_{false};
+};
+
+}  // namespace pypto::rt

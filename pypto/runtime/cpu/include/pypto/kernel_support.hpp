@@ -1,0 +1,503 @@
+// pypto kernel support: what generated kernels use beside the PTO tile API.
+//  - scalar index math with Python semantics (floor division, modulo, min/max);
+//  - gm_box: a GlobalTensor view of one tile-sized box of a GM tensor, bounds-checked;
+//  - the instructions pypto's ISA marks ext=True (pypto::TSIGMOID, pypto::TROWCUMSUM, ...),
+//    written against the public tile API only (DType, Rows, Cols, data(), GetValidRow/Col) so
+//    that they build with pypto's CPU header and with pto-isa's -D__CPU_SIM headers alike;
+//  - cross-core flags between the cube core and the vector sub-blocks of a cluster.
+// Include after <pto/pto-inst.hpp>.
+#pragma once
+
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <pypto/kernel_error.hpp>
+
+namespace pypto {
+
+// Which core of a launch is running: the block index over block_num cores (clusters for a
+// cube + vector kernel) and, on vector cores of a cluster, the sub-block index.
+struct CoreIndex {
+    int64_t block_idx = 0;
+    int64_t block_num = 1;
+    int64_t subblock_idx = 0;
+    int64_t subblock_num = 1;
+};
+
+// ---------------------------------------------------------------- scalar index math
+inline int64_t floordiv(int64_t a, int64_t b)
+{
+    const int64_t q = a / b;
+    return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+inline int64_t ceildiv(int64_t a, int64_t b) { return -floordiv(-a, b); }
+
+inline int64_t mod(int64_t a, int64_t b) { return a - floordiv(a, b) * b; }
+
+inline int64_t min(int64_t a) { return a; }
+template <class... R>
+inline int64_t min(int64_t a, int64_t b, R... rest)
+{
+    return min(a < b ? a : b, static_cast<int64_t>(rest)...);
+}
+
+inline int64_t max(int64_t a) { return a; }
+template <class... R>
+inline int64_t max(int64_t a, int64_t b, R... rest)
+{
+    return max(a > b ? a : b, static_cast<int64_t>(rest)...);
+}
+
+// ---------------------------------------------------------------- GM boxes
+namespace detail {
+
+template <size_t N>
+inline std::string list_text(const int64_t (&v)[N])
+{
+    std::string s = "[";
+    for (size_t i = 0; i < N; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s + "]";
+}
+
+template <class GT, class T, size_t N>
+inline GT make_box(T* base, const int64_t (&dims)[N], const int64_t (&offsets)[N], int64_t rows, int64_t cols,
+                   bool transposed, const char* what)
+{
+    static_assert(N >= 1, "a GM tensor has at least one dimension");
+    int64_t strides[N];
+    strides[N - 1] = 1;
+    for (size_t i = N - 1; i > 0; --i) strides[i - 1] = strides[i] * dims[i];
+    int64_t extents[N];
+    for (size_t i = 0; i < N; ++i) extents[i] = 1;
+    if constexpr (N == 1) {
+        if (rows != 1) fail(std::string(what) + ": a 1-D tensor maps to a tile with one valid row");
+        extents[0] = cols;
+    } else {
+        extents[N - 2] = transposed ? cols : rows;
+        extents[N - 1] = transposed ? rows : cols;
+    }
+    int64_t offset = 0;
+    for (size_t i = 0; i < N; ++i) {
+        if (offsets[i] < 0 || offsets[i] + extents[i] > dims[i]) {
+            fail(std::string(what) + ": the box at " + list_text(offsets) + " with extent " + list_text(extents) +
+                 " lies outside the tensor's shape " + list_text(dims));
+        }
+        offset += offsets[i] * strides[i];
+    }
+    const int64_t row_stride = N >= 2 ? strides[N - 2] : cols;
+    using Shape = typename GT::Shape;
+    using Stride = typename GT::Stride;
+    const Stride stride = transposed ? Stride(0, 0, 0, 1, row_stride) : Stride(0, 0, 0, row_stride, 1);
+    return GT(base + offset, Shape(1, 1, 1, rows, cols), stride);
+}
+
+}  // namespace detail
+
+// The box of GM tensor `base` (shape `dims`, contiguous) starting at `offsets` whose extent is
+// the tile's valid region over the last two dims (1 in leading dims).
+template <class GT, class T, size_t N, class TileT>
+inline GT gm_box(T* base, const int64_t (&dims)[N], const int64_t (&offsets)[N], const TileT& tile, const char* what)
+{
+    return detail::make_box<GT>(base, dims, offsets, tile.GetValidRow(), tile.GetValidCol(), false, what);
+}
+
+// The transposed box: GM extent [valid cols, valid rows], read column by column into the tile.
+template <class GT, class T, size_t N, class TileT>
+inline GT gm_box_t(T* base, const int64_t (&dims)[N], const int64_t (&offsets)[N], const TileT& tile, const char* what)
+{
+    return detail::make_box<GT>(base, dims, offsets, tile.GetValidRow(), tile.GetValidCol(), true, what);
+}
+
+// ---------------------------------------------------------------- ext instructions
+namespace detail {
+
+template <class T>
+inline constexpr bool float_like = !std::is_integral_v<T>;
+
+template <class T>
+using calc = std::conditional_t<float_like<T>, float, int64_t>;
+
+// Element (r, c) of a vector tile (row-major on pypto's CPU header; layout-aware on pto-isa's).
+template <class T>
+inline size_t at(size_t r, size_t c)
+{
+#if defined(PYPTO_CPU_PTO)
+    return r * T::Cols + c;
+#else
+    return T::isRowMajor ? r * T::Cols + c : c * T::Rows + r;
+#endif
+}
+
+template <class T>
+inline calc<T> load(T v)
+{
+    return static_cast<calc<T>>(static_cast<std::conditional_t<float_like<T>, float, T>>(v));
+}
+
+template <class D, class V>
+inline D store(V v)
+{
+    if constexpr (std::is_same_v<D, bool>) {
+        return v != V(0);
+    } else if constexpr (float_like<D>) {
+        return static_cast<D>(static_cast<float>(v));
+    } else {
+        return static_cast<D>(v);
+    }
+}
+
+template <class TD, class TS, class F>
+inline void map1(TD& dst, const TS& src, F f)
+{
+    using D = typename TD::DType;
+    const size_t rows = dst.GetValidRow(), cols = dst.GetValidCol();
+    D* d = dst.data();
+    const auto* s = src.data();
+    for (size_t r = 0; r < rows; ++r)
+#pragma GCC ivdep
+        for (size_t c = 0; c < cols; ++c) d[at<TD>(r, c)] = store<D>(f(load(s[at<TS>(r, c)])));
+}
+
+template <class TD, class TA, class TB, class F>
+inline void map2(TD& dst, const TA& a, const TB& b, F f)
+{
+    using D = typename TD::DType;
+    const size_t rows = dst.GetValidRow(), cols = dst.GetValidCol();
+    D* d = dst.data();
+    const auto* pa = a.data();
+    const auto* pb = b.data();
+    for (size_t r = 0; r < rows; ++r)
+#pragma GCC ivdep
+        for (size_t c = 0; c < cols; ++c)
+            d[at<TD>(r, c)] = store<D>(f(load(pa[at<TA>(r, c)]), load(pb[at<TB>(r, c)])));
+}
+
+template <class TD, class F>
+inline void fill(TD& dst, F f)
+{
+    using D = typename TD::DType;
+    const size_t rows = dst.GetValidRow(), cols = dst.GetValidCol();
+    D* d = dst.data();
+    for (size_t r = 0; r < rows; ++r)
+        for (size_t c = 0; c < cols; ++c) d[at<TD>(r, c)] = store<D>(f(r, c));
+}
+
+inline float exp_f32(float x)
+{
+#if defined(PYPTO_CPU_PTO)
+    return pto::cpu::fast_exp(x);
+#else
+    return std::exp(x);
+#endif
+}
+
+template <class C>
+inline C remainder(C a, C b)
+{
+    if constexpr (std::is_floating_point_v<C>) {
+        const C r = std::fmod(a, b);
+        return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+    } else {
+        if (b == 0) return 0;
+        const C r = a % b;
+        return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+    }
+}
+
+// Argmax / argmin of n values at stride: first index of the extreme; a NaN wins (as torch).
+template <bool is_max, class T>
+inline int64_t arg_extreme(const T* x, size_t n, size_t stride)
+{
+    int64_t best = 0;
+    float bv = static_cast<float>(x[0]);
+    for (size_t i = 1; i < n && bv == bv; ++i) {
+        const float v = static_cast<float>(x[i * stride]);
+        if (v != v || (is_max ? v > bv : v < bv)) {
+            bv = v;
+            best = static_cast<int64_t>(i);
+        }
+    }
+    return best;
+}
+
+}  // namespace detail
+
+#define PYPTO_EXT_UNARY(NAME, EXPR)                                       \
+    template <class TD, class TS>                                         \
+    inline void NAME(TD& dst, TS& src)                                    \
+    {                                                                     \
+        detail::map1(dst, src, [](auto x) { return EXPR; });             \
+    }
+
+PYPTO_EXT_UNARY(TSIN, std::sin(float(x)))
+PYPTO_EXT_UNARY(TCOS, std::cos(float(x)))
+PYPTO_EXT_UNARY(TTANH, std::tanh(float(x)))
+PYPTO_EXT_UNARY(TSIGMOID, 1.0f / (1.0f + detail::exp_f32(-float(x))))
+PYPTO_EXT_UNARY(TERF, std::erf(float(x)))
+PYPTO_EXT_UNARY(TLOG1P, std::log1p(float(x)))
+PYPTO_EXT_UNARY(TEXPM1, std::expm1(float(x)))
+PYPTO_EXT_UNARY(TFLOOR, std::floor(x))
+PYPTO_EXT_UNARY(TCEIL, std::ceil(x))
+PYPTO_EXT_UNARY(TROUND, std::nearbyint(x))
+PYPTO_EXT_UNARY(TSIGN, decltype(x)((decltype(x)(0) < x) - (x < decltype(x)(0))))
+PYPTO_EXT_UNARY(TISFINITE, std::isfinite(float(x)) ? 1 : 0)
+#undef PYPTO_EXT_UNARY
+
+// dst = scalar - src
+template <class TD, class TS, class V>
+inline void TRSUBS(TD& dst, TS& src, V scalar)
+{
+    detail::map1(dst, src, [scalar](auto x) { return decltype(x)(scalar) - x; });
+}
+
+// dst = src ** scalar
+template <class TD, class TS, class V>
+inline void TPOWS(TD& dst, TS& src, V scalar)
+{
+    detail::map1(dst, src, [scalar](auto x) { return std::pow(float(x), float(scalar)); });
+}
+
+// dst = scalar ** src
+template <class TD, class TS, class V>
+inline void TRPOWS(TD& dst, TS& src, V scalar)
+{
+    detail::map1(dst, src, [scalar](auto x) { return std::pow(float(scalar), float(x)); });
+}
+
+// dst = remainder(a, b) with the divisor's sign (torch.remainder)
+template <class TD, class TA, class TB>
+inline void TREM(TD& dst, TA& a, TB& b)
+{
+    detail::map2(dst, a, b, [](auto x, auto y) {
+        using C = std::common_type_t<decltype(x), decltype(y)>;
+        return detail::remainder<C>(C(x), C(y));
+    });
+}
+
+// Products over rows / columns of the source's valid region, accumulated in fp32 (int64).
+template <class TD, class TS>
+inline void TROWPROD(TD& dst, TS& src)
+{
+    using C = detail::calc<typename TS::DType>;
+    const size_t rows = src.GetValidRow(), cols = src.GetValidCol();
+    for (size_t r = 0; r < rows; ++r) {
+        C acc = 1;
+        for (size_t c = 0; c < cols; ++c) acc *= detail::load(src.data()[detail::at<TS>(r, c)]);
+        dst.data()[detail::at<TD>(r, 0)] = detail::store<typename TD::DType>(acc);
+    }
+}
+
+template <class TD, class TS>
+inline void TCOLPROD(TD& dst, TS& src)
+{
+    using C = detail::calc<typename TS::DType>;
+    const size_t rows = src.GetValidRow(), cols = src.GetValidCol();
+    for (size_t c = 0; c < cols; ++c) {
+        C acc = 1;
+        for (size_t r = 0; r < rows; ++r) acc *= detail::load(src.data()[detail::at<TS>(r, c)]);
+        dst.data()[detail::at<TD>(0, c)] = detail::store<typename TD::DType>(acc);
+    }
+}
+
+// dst(r, 0) = index of the row's maximum (first one; NaN counts as largest).
+template <class TD, class TS>
+inline void TROWARGMAX(TD& dst, TS& src)
+{
+    static_assert(TS::isRowMajor || TS::Cols == 1, "TROWARGMAX reads row-major tiles");
+    const size_t rows = src.GetValidRow(), cols = src.GetValidCol();
+    for (size_t r = 0; r < rows; ++r)
+        dst.data()[detail::at<TD>(r, 0)] = detail::store<typename TD::DType>(
+            cols ? detail::arg_extreme<true>(src.data() + detail::at<TS>(r, 0), cols, 1) : 0);
+}
+
+template <class TD, class TS>
+inline void TCOLARGMAX(TD& dst, TS& src)
+{
+    static_assert(TS::isRowMajor || TS::Cols == 1, "TCOLARGMAX reads row-major tiles");
+    const size_t rows = src.GetValidRow(), cols = src.GetValidCol();
+    for (size_t c = 0; c < cols; ++c)
+        dst.data()[detail::at<TD>(0, c)] = detail::store<typename TD::DType>(
+            rows ? detail::arg_extreme<true>(src.data() + c, rows, TS::Cols) : 0);
+}
+
+// Inclusive prefix sums along each row / down each column, accumulated in fp32 (int64).
+template <class TD, class TS>
+inline void TROWCUMSUM(TD& dst, TS& src)
+{
+    using C = detail::calc<typename TS::DType>;
+    const size_t rows = dst.GetValidRow(), cols = dst.GetValidCol();
+    for (size_t r = 0; r < rows; ++r) {
+        C acc = 0;
+        for (size_t c = 0; c < cols; ++c) {
+            acc += detail::load(src.data()[detail::at<TS>(r, c)]);
+            dst.data()[detail::at<TD>(r, c)] = detail::store<typename TD::DType>(acc);
+        }
+    }
+}
+
+template <class TD, class TS>
+inline void TCOLCUMSUM(TD& dst, TS& src)
+{
+    using C = detail::calc<typename TS::DType>;
+    const size_t rows = dst.GetValidRow(), cols = dst.GetValidCol();
+    std::vector<C> acc(cols, C(0));
+    for (size_t r = 0; r < rows; ++r)
+        for (size_t c = 0; c < cols; ++c) {
+            acc[c] += detail::load(src.data()[detail::at<TS>(r, c)]);
+            dst.data()[detail::at<TD>(r, c)] = detail::store<typename TD::DType>(acc[c]);
+        }
+}
+
+// dst(r, c) = start + c (axis 1) or start + r (axis 0)
+template <class TD, class V>
+inline void TARANGE(TD& dst, V start, int axis = 1)
+{
+    detail::fill(dst, [start, axis](size_t r, size_t c) { return start + V(axis == 0 ? r : c); });
+}
+
+// Lower / upper triangular masks: 1 where c <= r + diagonal (TTRIL) or c >= r + diagonal (TTRIU).
+template <class TD>
+inline void TTRIL(TD& dst, int64_t diagonal)
+{
+    detail::fill(dst, [diagonal](size_t r, size_t c) { return int64_t(c) <= int64_t(r) + diagonal ? 1 : 0; });
+}
+
+template <class TD>
+inline void TTRIU(TD& dst, int64_t diagonal)
+{
+    detail::fill(dst, [diagonal](size_t r, size_t c) { return int64_t(c) >= int64_t(r) + diagonal ? 1 : 0; });
+}
+
+// ---------------------------------------------------------------- cross-core flags
+// A cube core and its vector sub-blocks signal each other through numbered flags. A set by the
+// cube reaches every sub-block; the cube's wait passes once every sub-block has set the flag.
+struct ClusterAborted : KernelError {
+    using KernelError::KernelError;
+};
+
+class ClusterSync {
+public:
+    static constexpr int kMaxSubblocks = 4;
+    static constexpr int kFlags = 16;
+
+    explicit ClusterSync(int subblocks) : subblocks_(subblocks)
+    {
+        for (int r = 0; r <= kMaxSubblocks; ++r) waiting_[r] = -1;
+    }
+
+    // role 0: the cube core; role 1 + i: vector sub-block i.
+    void set(int role, int flag)
+    {
+        check_flag(flag);
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (role == 0) {
+            for (int s = 0; s < subblocks_; ++s) ++to_vector_[s][flag];
+        } else {
+            ++to_cube_[role - 1][flag];
+        }
+        changed_.notify_all();
+    }
+
+    void wait(int role, int flag)
+    {
+        check_flag(flag);
+        std::unique_lock<std::mutex> lock(mutex_);
+        waiting_[role] = flag;
+        while (!can_pass(role, flag)) {
+            if (aborted_) throw ClusterAborted("another core of the cluster failed");
+            if (everyone_else_stuck(role)) {
+                aborted_ = true;
+                changed_.notify_all();
+                fail(std::string(role == 0 ? "the cube core" : "a vector sub-block") + " waits for cross-core flag " +
+                     std::to_string(flag) + " that no core of the cluster will set (deadlock)");
+            }
+            changed_.wait(lock);
+        }
+        waiting_[role] = -1;
+        if (role == 0) {
+            for (int s = 0; s < subblocks_; ++s) --to_cube_[s][flag];
+        } else {
+            --to_vector_[role - 1][flag];
+        }
+    }
+
+    void finish(int role, bool failed)
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        done_[role] = true;
+        waiting_[role] = -1;
+        aborted_ = aborted_ || failed;
+        changed_.notify_all();
+    }
+
+private:
+    static void check_flag(int flag)
+    {
+        if (flag < 0 || flag >= kFlags) fail("cross-core flag id " + std::to_string(flag) + " is out of range");
+    }
+
+    bool can_pass(int role, int flag) const
+    {
+        if (role != 0) return to_vector_[role - 1][flag] > 0;
+        for (int s = 0; s < subblocks_; ++s)
+            if (to_cube_[s][flag] == 0) return false;
+        return true;
+    }
+
+    bool everyone_else_stuck(int role) const
+    {
+        for (int r = 0; r <= subblocks_; ++r) {
+            if (r == role || done_[r]) continue;
+            if (waiting_[r] < 0 || can_pass(r, waiting_[r])) return false;
+        }
+        return true;
+    }
+
+    int subblocks_;
+    std::mutex mutex_;
+    std::condition_variable changed_;
+    int32_t to_vector_[kMaxSubblocks][kFlags] = {};
+    int32_t to_cube_[kMaxSubblocks][kFlags] = {};
+    int waiting_[kMaxSubblocks + 1];
+    bool done_[kMaxSubblocks + 1] = {};
+    bool aborted_ = false;
+};
+
+namespace detail {
+inline thread_local ClusterSync* tls_cluster = nullptr;
+inline thread_local int tls_role = 0;
+}  // namespace detail
+
+// Bind the running thread to a cluster (the CPU launcher does this for cube + vector kernels).
+inline void bind_cluster(ClusterSync* cluster, int role)
+{
+    detail::tls_cluster = cluster;
+    detail::tls_role = role;
+}
+
+#if defined(__CCE_AICORE__)
+// Device: FFTS cross-core signal within the cluster (mode 2), and the matching wait.
+inline void cross_core_set(pipe_t pipe, int flag) { ffts_cross_core_sync(pipe, 1 | (2 << 4) | (flag << 8)); }
+inline void cross_core_wait(pipe_t, int flag) { wait_flag_dev(flag); }
+#else
+inline void cross_core_set(int /*pipe*/, int flag)
+{
+    if (detail::tls_cluster == nullptr) fail("cross-core set_flag in a kernel that has only one core type");
+    detail::tls_cluster->set(detail::tls_role, flag);
+}
+
+inline void cross_core_wait(int /*pipe*/, int flag)
+{
+    if (detail::tls_cluster == nullptr)
+        fail("cross-core wait_flag " + std::to_string(flag) + " in a kernel that has only one core type (deadlock)");
+    detail::tls_cluster->wait(detail::tls_role, flag);
+}
+#endif
+
+}  // namespace pypto

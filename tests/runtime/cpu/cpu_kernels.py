@@ -1,0 +1,248 @@
+"""Hand-built Block IR kernels for the codegen and cpu backend tests (and their torch references).
+
+Each builder returns a Kernel; tails come from dynamic valid shapes (Min(tile, size - offset)).
+"""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from pypto import dtypes
+from pypto.errors import SourceLoc
+from pypto.ir.block import (BLOCK_IDX, BLOCK_NUM, SUBBLOCK_IDX, Block, CoreType, CrossCoreSetFlag,
+                            CrossCoreWaitFlag, For, GMParam, GMRegion, If, Kernel, SetFlag, TileDecl, WaitFlag,
+                            instr)
+from pypto.ir.isa import MemSpace, Pipe
+from pypto.symbolic import ceildiv, index_symbol, smin, symbol
+
+M, N, K = symbol("M"), symbol("N"), symbol("K")
+UB, L1, L0A, L0B, L0C = MemSpace.UB, MemSpace.L1, MemSpace.L0A, MemSpace.L0B, MemSpace.L0C
+F32 = dtypes.float32
+
+
+def loc(line: int, func: str = "") -> SourceLoc:
+    return SourceLoc("model.py", line, func)
+
+
+class Builder:
+    """Places tiles one after another per memory space and builds instructions against them."""
+
+    def __init__(self):
+        self.tiles: dict[str, TileDecl] = {}
+        self.top: dict = {}
+
+    def tile(self, name, space, dtype, shape, valid=None):
+        nbytes = shape[0] * shape[1] * dtype.itemsize
+        addr = self.top.get(space, 0)
+        self.top[space] = addr + -(-nbytes // 32) * 32
+        self.tiles[name] = TileDecl(name, space, dtype, tuple(shape), addr, valid)
+        return name
+
+    def __call__(self, op, *operands, line=None, **attrs):
+        return instr(op, list(operands), self.tiles, attrs, loc(line) if line else None)
+
+
+def vector_add(dtype, rows_per_tile=16, cols=256) -> Kernel:
+    """z = x + y over [M, cols]; each core takes a contiguous run of row tiles, double-buffered."""
+    b = Builder()
+    i = index_symbol("i")
+    n_tiles = ceildiv(M, rows_per_tile)
+    per_core = ceildiv(n_tiles, BLOCK_NUM)
+    t0 = BLOCK_IDX * per_core
+    t1 = smin(n_tiles, t0 + per_core)
+    valid = [smin(rows_per_tile, M - (i + k) * rows_per_tile) for k in range(2)]
+    for k in range(2):
+        for n in ("x", "y", "z"):
+            b.tile(f"{n}{k}", UB, dtype, (rows_per_tile, cols), (valid[k], cols))
+
+    def step(k):
+        row = (i + k) * rows_per_tile
+        return [
+            WaitFlag(Pipe.V, Pipe.MTE2, k),
+            b("TLOAD", f"x{k}", GMRegion("x", (row, 0)), line=10),
+            b("TLOAD", f"y{k}", GMRegion("y", (row, 0)), line=10),
+            SetFlag(Pipe.MTE2, Pipe.V, k), WaitFlag(Pipe.MTE2, Pipe.V, k),
+            WaitFlag(Pipe.MTE3, Pipe.V, k),
+            b("TADD", f"z{k}", f"x{k}", f"y{k}", line=11),
+            SetFlag(Pipe.V, Pipe.MTE2, k),
+            SetFlag(Pipe.V, Pipe.MTE3, k), WaitFlag(Pipe.V, Pipe.MTE3, k),
+            b("TSTORE", GMRegion("z", (row, 0)), f"z{k}", line=12),
+            SetFlag(Pipe.MTE3, Pipe.V, k),
+        ]
+    prologue = [SetFlag(Pipe.V, Pipe.MTE2, 0), SetFlag(Pipe.V, Pipe.MTE2, 1),
+                SetFlag(Pipe.MTE3, Pipe.V, 0), SetFlag(Pipe.MTE3, Pipe.V, 1)]
+    epilogue = [WaitFlag(Pipe.V, Pipe.MTE2, 0), WaitFlag(Pipe.V, Pipe.MTE2, 1),
+                WaitFlag(Pipe.MTE3, Pipe.V, 0), WaitFlag(Pipe.MTE3, Pipe.V, 1)]
+    body = prologue + [For(i, t0, t1, 2, step(0) + [If(sympy.Lt(i + 1, t1), step(1))], {"pipeline": 2})] + epilogue
+    gm = [GMParam(n, dtype, (M, cols)) for n in ("x", "y", "z")]
+    blk = Block("vadd", CoreType.AIV, gm, [], list(b.tiles.values()), body)
+    return Kernel(f"vadd_{dtype.name}", [blk], loc=loc(9, "vadd"))
+
+
+def softmax_rows(dtype, rows=8, cols=256) -> Kernel:
+    """y = softmax(x, -1) for x [M, cols], one row tile per core-loop step, fp32 inside."""
+    b = Builder()
+    r = index_symbol("r")
+    vr = smin(rows, M - r)
+    b.tile("xt", UB, dtype, (rows, cols), (vr, cols))
+    xf = b.tile("xf", UB, F32, (rows, cols), (vr, cols)) if dtype != F32 else "xt"
+    b.tile("m", UB, F32, (rows, 8), (vr, 1))
+    b.tile("s", UB, F32, (rows, 8), (vr, 1))
+    body = [b("TLOAD", "xt", GMRegion("x", (r, 0)), line=20),
+            SetFlag(Pipe.MTE2, Pipe.V, 0), WaitFlag(Pipe.MTE2, Pipe.V, 0)]
+    if dtype != F32:
+        body.append(b("TCVT", xf, "xt", line=21))
+    body += [b("TROWMAX", "m", xf, line=22),
+             b("TROWEXPANDSUB", xf, xf, "m", line=22),
+             b("TEXP", xf, xf, line=22),
+             b("TROWSUM", "s", xf, line=22),
+             b("TROWEXPANDDIV", xf, xf, "s", line=22)]
+    if dtype != F32:
+        body.append(b("TCVT", "xt", xf, line=23))
+    body += [SetFlag(Pipe.V, Pipe.MTE3, 0), WaitFlag(Pipe.V, Pipe.MTE3, 0),
+             b("TSTORE", GMRegion("y", (r, 0)), "xt", line=24),
+             SetFlag(Pipe.MTE3, Pipe.MTE2, 0), WaitFlag(Pipe.MTE3, Pipe.MTE2, 0)]
+    start = BLOCK_IDX * rows
+    loop = For(r, start, M, BLOCK_NUM * rows, body)
+    gm = [GMParam("x", dtype, (M, cols)), GMParam("y", dtype, (M, cols))]
+    return Kernel(f"softmax_{dtype.name}", [Block("softmax_rows", CoreType.AIV, gm, [], list(b.tiles.values()),
+                                                  [loop])], loc=loc(19, "softmax"))
+
+
+def rms_norm(dtype, rows=8, cols=256, eps=1e-6) -> Kernel:
+    """y = x * rsqrt(mean(x^2, -1) + eps) * w for x [M, cols], w [cols]."""
+    b = Builder()
+    r = index_symbol("r")
+    vr = smin(rows, M - r)
+    b.tile("xt", UB, dtype, (rows, cols), (vr, cols))
+    xf = b.tile("xf", UB, F32, (rows, cols), (vr, cols)) if dtype != F32 else "xt"
+    b.tile("sq", UB, F32, (rows, cols), (vr, cols))
+    b.tile("ss", UB, F32, (rows, 8), (vr, 1))
+    b.tile("wt", UB, dtype, (1, cols))
+    wf = b.tile("wf", UB, F32, (1, cols)) if dtype != F32 else "wt"
+    head = [b("TLOAD", "wt", GMRegion("w", (0,)), line=30)]
+    if dtype != F32:
+        head += [SetFlag(Pipe.MTE2, Pipe.V, 1), WaitFlag(Pipe.MTE2, Pipe.V, 1), b("TCVT", wf, "wt", line=30)]
+        head += [SetFlag(Pipe.V, Pipe.MTE2, 1), WaitFlag(Pipe.V, Pipe.MTE2, 1)]
+    body = [b("TLOAD", "xt", GMRegion("x", (r, 0)), line=31),
+            SetFlag(Pipe.MTE2, Pipe.V, 0), WaitFlag(Pipe.MTE2, Pipe.V, 0)]
+    if dtype != F32:
+        body.append(b("TCVT", xf, "xt", line=31))
+    body += [b("TMUL", "sq", xf, xf, line=32),
+             b("TROWSUM", "ss", "sq", line=32),
+             b("TMULS", "ss", "ss", 1.0 / cols, line=32),
+             b("TADDS", "ss", "ss", eps, line=32),
+             b("TRSQRT", "ss", "ss", line=32),
+             b("TROWEXPANDMUL", xf, xf, "ss", line=33),
+             b("TCOLEXPANDMUL", xf, xf, wf, line=33)]
+    if dtype != F32:
+        body.append(b("TCVT", "xt", xf, line=33))
+    body += [SetFlag(Pipe.V, Pipe.MTE3, 0), WaitFlag(Pipe.V, Pipe.MTE3, 0),
+             b("TSTORE", GMRegion("y", (r, 0)), "xt", line=34),
+             SetFlag(Pipe.MTE3, Pipe.MTE2, 0), WaitFlag(Pipe.MTE3, Pipe.MTE2, 0)]
+    gm = [GMParam("x", dtype, (M, cols)), GMParam("w", dtype, (cols,)), GMParam("y", dtype, (M, cols))]
+    blk = Block("rms_norm_rows", CoreType.AIV, gm, [], list(b.tiles.values()),
+                head + [For(r, BLOCK_IDX * rows, M, BLOCK_NUM * rows, body)])
+    return Kernel(f"rms_norm_{dtype.name}", [blk], loc=loc(29, "rms_norm"))
+
+
+def _matmul_tiles(b, dtype, bm, bn, bk, m0, n0, kk, out_dtype=F32):
+    vm, vn, vk = smin(bm, M - m0), smin(bn, N - n0), smin(bk, K - kk)
+    b.tile("a1", L1, dtype, (bm, bk), (vm, vk))
+    b.tile("b1", L1, dtype, (bk, bn), (vk, vn))
+    b.tile("a0", L0A, dtype, (bm, bk), (vm, vk))
+    b.tile("b0", L0B, dtype, (bk, bn), (vk, vn))
+    b.tile("c0", L0C, out_dtype, (bm, bn), (vm, vn))
+
+
+def _matmul_k_loop(b, kk, m0, n0, bk):
+    return For(kk, 0, K, bk, [
+        WaitFlag(Pipe.MTE1, Pipe.MTE2, 0),
+        b("TLOAD", "a1", GMRegion("a", (m0, kk)), line=41),
+        b("TLOAD", "b1", GMRegion("b", (kk, n0)), line=42),
+        SetFlag(Pipe.MTE2, Pipe.MTE1, 0), WaitFlag(Pipe.MTE2, Pipe.MTE1, 0),
+        WaitFlag(Pipe.M, Pipe.MTE1, 0),
+        b("TMOV", "a0", "a1", line=43),
+        b("TMOV", "b0", "b1", line=43),
+        SetFlag(Pipe.MTE1, Pipe.MTE2, 0),
+        SetFlag(Pipe.MTE1, Pipe.M, 0), WaitFlag(Pipe.MTE1, Pipe.M, 0),
+        If(sympy.Eq(kk, 0), [b("TMATMUL", "c0", "a0", "b0", line=44)],
+           [b("TMATMUL_ACC", "c0", "a0", "b0", line=44)]),
+        SetFlag(Pipe.M, Pipe.MTE1, 0),
+    ], {"pipeline": 1})
+
+
+def matmul(dtype, bm=64, bn=64, bk=32) -> Kernel:
+    """c [M, N] fp32 = a [M, K] @ b [K, N] through L1 -> L0A / L0B -> L0C; one output tile per core."""
+    b = Builder()
+    kk = index_symbol("kk")
+    tiles_n = ceildiv(N, bn)
+    m0 = sympy.floor(BLOCK_IDX / tiles_n) * bm
+    n0 = sympy.Mod(BLOCK_IDX, tiles_n) * bn
+    _matmul_tiles(b, dtype, bm, bn, bk, m0, n0, kk)
+    body = [SetFlag(Pipe.MTE1, Pipe.MTE2, 0), SetFlag(Pipe.M, Pipe.MTE1, 0),
+            _matmul_k_loop(b, kk, m0, n0, bk),
+            WaitFlag(Pipe.MTE1, Pipe.MTE2, 0), WaitFlag(Pipe.M, Pipe.MTE1, 0),
+            SetFlag(Pipe.M, Pipe.FIX, 0), WaitFlag(Pipe.M, Pipe.FIX, 0),
+            b("TSTORE", GMRegion("c", (m0, n0)), "c0", line=45)]
+    gm = [GMParam("a", dtype, (M, K)), GMParam("b", dtype, (K, N)), GMParam("c", F32, (M, N))]
+    return Kernel(f"matmul_{dtype.name}", [Block("matmul", CoreType.AIC, gm, [], list(b.tiles.values()), body)],
+                  loc=loc(40, "matmul"))
+
+
+def matmul_relu(dtype, bm=32, bn=64, bk=32) -> Kernel:
+    """Cube + vector: the cube core computes a tile of a @ b into a GM workspace and signals; each
+    vector sub-block takes half of the tile's rows, applies relu * 2 and stores c."""
+    b = Builder()
+    kk = index_symbol("kk")
+    tiles_n = ceildiv(N, bn)
+    m0 = sympy.floor(BLOCK_IDX / tiles_n) * bm
+    n0 = sympy.Mod(BLOCK_IDX, tiles_n) * bn
+    _matmul_tiles(b, dtype, bm, bn, bk, m0, n0, kk)
+    cube_body = [SetFlag(Pipe.MTE1, Pipe.MTE2, 0), SetFlag(Pipe.M, Pipe.MTE1, 0),
+                 _matmul_k_loop(b, kk, m0, n0, bk),
+                 WaitFlag(Pipe.MTE1, Pipe.MTE2, 0), WaitFlag(Pipe.M, Pipe.MTE1, 0),
+                 SetFlag(Pipe.M, Pipe.FIX, 0), WaitFlag(Pipe.M, Pipe.FIX, 0),
+                 b("TSTORE", GMRegion("ws", (m0, n0)), "c0", line=45),
+                 CrossCoreSetFlag(Pipe.FIX, 3)]
+    gm_cube = [GMParam("a", dtype, (M, K)), GMParam("b", dtype, (K, N)), GMParam("ws", F32, (M, N))]
+    cube = Block("mm_cube", CoreType.AIC, gm_cube, [], list(b.tiles.values()), cube_body)
+
+    v = Builder()
+    half_rows = bm // 2
+    r0 = m0 + SUBBLOCK_IDX * half_rows
+    vr = sympy.Max(0, smin(half_rows, M - r0))
+    vn = smin(bn, N - n0)
+    v.tile("t", UB, F32, (half_rows, bn), (vr, vn))
+    v.tile("o", UB, dtype, (half_rows, bn), (vr, vn))
+    vec_body = [CrossCoreWaitFlag(Pipe.MTE2, 3),
+                If(sympy.Gt(vr, 0), [
+                    v("TLOAD", "t", GMRegion("ws", (r0, n0)), line=50),
+                    SetFlag(Pipe.MTE2, Pipe.V, 0), WaitFlag(Pipe.MTE2, Pipe.V, 0),
+                    v("TRELU", "t", "t", line=51),
+                    v("TMULS", "t", "t", 2.0, line=51),
+                    v("TCVT", "o", "t", line=51),
+                    SetFlag(Pipe.V, Pipe.MTE3, 0), WaitFlag(Pipe.V, Pipe.MTE3, 0),
+                    v("TSTORE", GMRegion("c", (r0, n0)), "o", line=52)])]
+    gm_vec = [GMParam("ws", F32, (M, N)), GMParam("c", dtype, (M, N))]
+    vec = Block("relu_vec", CoreType.AIV, gm_vec, [], list(v.tiles.values()), vec_body)
+    return Kernel(f"matmul_relu_{dtype.name}", [cube, vec], loc=loc(39, "matmul_relu"))
+
+
+# ---------------------------------------------------------------- torch references
+def ref_softmax(x):
+    return torch.softmax(x.float(), -1).to(x.dtype)
+
+
+def ref_rms_norm(x, w, eps=1e-6):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+
+def ref_matmul(a, b):
+    return a.float() @ b.float()
+
+
+def tolerance(dtype):
+    """(rtol, atol) per dtype: fp32 accumulation order differs from torch's; fp16/bf16 round once."""
+    return {dtypes.float32: (1e-5, 1e-5), dtypes.float16: (1e-3, 1e-3), dtypes.bfloat16: (8e-3, 8e-3)}[dtype]
