@@ -102,19 +102,41 @@ class CoreRun:
     def step(self, budget: int) -> int:
         """Issue up to ``budget`` statements; returns how many were issued."""
         n = 0
-        walker = self.walker
-        feed = self.feed
-        for cop, vals in walker:
-            feed(cop, vals)
+        pending, instr, feed, sc = self.pending, self.instr, self.feed, self.scalar_cycles
+        for cop, vals in self.walker:
             n += 1
+            if cop.kind == INSTR and pending[cop.pipe] is None:      # the common case, inline
+                self.issue += sc
+                instr(cop, vals, self.issue)
+                if n >= budget:
+                    return n
+                continue
+            feed(cop, vals)
             if n >= budget or self.stalled is not None:
                 return n
         self.finished = True
         return n
 
     def run_alone(self):
-        feed = self.feed
+        pending, instr, feed, sc = self.pending, self.instr, self.feed, self.scalar_cycles
+        set_flag, try_wait = self.set_flag, self.try_wait
         for cop, vals in self.walker:
+            kind = cop.kind
+            if pending[cop.pipe] is None:                  # the common cases, inline
+                if kind == INSTR:
+                    self.issue += sc
+                    instr(cop, vals, self.issue)
+                    continue
+                if kind == SET:
+                    self.issue += sc
+                    set_flag(cop, self.issue)
+                    continue
+                if kind == WAIT:
+                    self.issue += sc
+                    if not try_wait(cop, self.issue):
+                        pending[cop.pipe] = deque([(cop, vals, self.issue)])
+                        self.npending += 1
+                    continue
             feed(cop, vals)
             if self.stalled is not None:
                 self.unit.deadlock([self])
@@ -125,14 +147,14 @@ class CoreRun:
     def feed(self, cop, vals):
         self.issue += self.scalar_cycles
         p = cop.pipe
-        if cop.kind == INSTR:
+        kind = cop.kind
+        if kind == INSTR:
             if self.pending[p] is None:
                 self.instr(cop, vals, self.issue)
             else:
                 self.pending[p].append((cop, vals, self.issue))
                 self.npending += 1
             return
-        kind = cop.kind
         if kind == BARRIER and p == S_PIPE:
             if self.npending:
                 self.stalled = (cop, vals, self.issue)
@@ -211,14 +233,14 @@ class CoreRun:
             start = issue
         m = cop.static
         if m is None:
-            if cop.dynamic_valid:
-                operand_shapes(cop, vals)
+            if not cop.fits(vals):
+                operand_shapes(cop, vals)           # raises, explaining which tile
             m = cop.measure(vals)
         occ, nbytes, port, flops, vec = m
         unit = self.unit
         if nbytes:
-            if not self.functional:
-                gm_index(cop, vals, self.gm[cop.gm_param])
+            if not self.functional and not cop.gm_fits(vals, self.gm[cop.gm_param]):
+                gm_index(cop, vals, self.gm[cop.gm_param])     # raises, explaining the box
             gmm = unit.gmem
             write = cop.region == "store"
             hit = gmm.l2_lookup((self.gm_names[cop.gm_param], cop.trans, vals), nbytes, write)

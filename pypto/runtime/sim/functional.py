@@ -63,6 +63,28 @@ REGION_SHAPES = {"same": _same, "rowexpand": _rowexpand, "colexpand": _colexpand
                  "fill": _fill, "matmul": _matmul, "load": _move, "store": _move}
 
 
+def fits_source(cop) -> str:
+    """Python source of a fast test ``v -> bool`` that every operand region fits its tile (the slow path,
+    operand_shapes, then explains a failure)."""
+    n = 2 * cop.n_tiles + (cop.gm_rank if cop.gm_param else 0) + 8
+    shapes = REGION_SHAPES[cop.region]([f"v[{i}]" for i in range(n)], cop.n_tiles)
+    terms = [f"0 <= {r} <= {t.shape[0]} and 0 <= {c} <= {t.shape[1]}" for t, (r, c) in zip(cop.tiles, shapes)]
+    return " and ".join(terms) or "True"
+
+
+def gm_fits_source(cop) -> str:
+    """Python source of a fast test ``(v, s) -> bool`` that the GM box lies inside a tensor of shape s."""
+    rank, base = cop.gm_rank, 2 * cop.n_tiles
+    rows, cols = ("v[1]", "v[0]") if cop.trans else ("v[0]", "v[1]")
+    offs = [f"v[{base + i}]" for i in range(rank)]
+    if rank == 1:
+        return f"{rows} == 1 and 0 <= {offs[0]} and {offs[0]} + {cols} <= s[0]"
+    terms = [f"0 <= {o} < s[{i}]" for i, o in enumerate(offs[:-2])]
+    terms += [f"0 <= {offs[-2]} and {offs[-2]} + {rows} <= s[{rank - 2}]",
+              f"0 <= {offs[-1]} and {offs[-1]} + {cols} <= s[{rank - 1}]"]
+    return " and ".join(terms)
+
+
 def operand_shapes(cop, vals):
     """The (rows, cols) each tile operand is used over; raises when one exceeds its tile."""
     shapes = REGION_SHAPES[cop.region](vals, cop.n_tiles)

@@ -15,6 +15,7 @@ from ...ir.block import (Block, CoreType, CrossCoreSetFlag, CrossCoreWaitFlag, F
 from ...ir.block_printer import _fmt_operand
 from ...ir.isa import ISA, MemSpace, Pipe, pipe_of
 from .exprs import constant, free_names, ident, to_source
+from .functional import fits_source, gm_fits_source, operand_shapes
 from .semantics import REGION, SEMANTICS
 from .timing import PIPE_INDEX, S_PIPE, CostModel
 
@@ -48,7 +49,7 @@ class COp:
     __slots__ = ("kind", "pipe", "pipe_enum", "op", "stmt", "loc", "block", "text", "index",
                  "tiles", "reads", "writes", "region", "attrs", "sem", "gm_param", "gm_rank", "gm_itemsize",
                  "n_tiles", "scalar_at", "trans", "measure", "static", "dynamic_valid",
-                 "key", "other", "event", "flag", "is_gm", "kind_name")
+                 "key", "other", "event", "flag", "is_gm", "kind_name", "fits", "gm_fits")
 
     def __init__(self, kind, stmt, block, text):
         self.kind, self.stmt, self.block, self.text = kind, stmt, block, text
@@ -216,6 +217,8 @@ class CompiledBlock:
         values.extend(scalars)
         cop.dynamic_valid = any(constant(v) is None for t in tiles for v in t.decl.valid_shape)
         cop.measure = self.cost.measure_fn(cop)
+        cop.fits = eval(f"lambda v: {fits_source(cop)}")
+        cop.gm_fits = eval(f"lambda v, s: {gm_fits_source(cop)}") if cop.gm_param else None
         return cop, values
 
     def _compile_flag(self, s, block) -> COp:
@@ -260,7 +263,10 @@ class CompiledBlock:
             used.update(free_names(values))
             if all(constant(v) is not None for v in values):
                 vals = tuple(constant(v) for v in values)
-                cop.static = cop.measure(vals) if cop.kind == INSTR else None
+                if cop.kind == INSTR:
+                    if not cop.fits(vals):
+                        operand_shapes(cop, vals)         # raises, explaining which tile
+                    cop.static = cop.measure(vals)
                 consts.append(vals)
                 return f"O[{cop.index}], C[{len(consts) - 1}]"
             src = ", ".join(to_source(v) for v in values)
