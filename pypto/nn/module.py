@@ -48,6 +48,14 @@ class bind_state:
         _bindings.pop()
 
 
+def _is_dtype_name(name: str) -> bool:
+    try:
+        dtypes.to_dtype(name)
+        return True
+    except PyptoError:
+        return False
+
+
 class Module:
     """Base class of pypto layers and models, used like ``torch.nn.Module``."""
 
@@ -296,12 +304,10 @@ class Module:
         if kwargs:
             raise TypeMismatchError(f"Module.to: unexpected arguments {sorted(kwargs)}")
         for a in args:
-            if isinstance(a, (dtypes.DataType, torch.dtype)):
+            if isinstance(a, (dtypes.DataType, torch.dtype)) or (isinstance(a, str) and _is_dtype_name(a)):
                 dtype = a
-            elif isinstance(a, (str, torch.device)) and not (isinstance(a, str) and a in dtypes._BY_NAME):
+            elif isinstance(a, (str, torch.device)):
                 device = a
-            elif isinstance(a, str):
-                dtype = a
             else:
                 raise TypeMismatchError(f"Module.to: expected a dtype or a device, found {type(a).__name__}")
         if device is not None and torch.device(device).type != "cpu":
