@@ -102,6 +102,12 @@ class ModuleCompiler(JitFunction):
             out[d % rank] = sym.DYNAMIC if name is None else sym.dynamic(name)
         return out
 
+    def _set_outputs(self, g, frame, result, input_names):
+        try:
+            super()._set_outputs(g, frame, result, input_names)
+        except PyptoError as e:          # point at the user's forward, not at the generated entry
+            raise type(e)(e.message, loc=_forward_loc(self.module), hint=e.hint) from None
+
     # ------------------------------------------------------------------ calling
     def _state_kwargs(self) -> dict:
         kw = {a: obj for a, (_, obj) in zip(self.state_args, _state(self.module))}

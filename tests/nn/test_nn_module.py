@@ -271,6 +271,17 @@ def test_forward_annotations_win():
         m(torch.randn(3, 8).half())
 
 
+def test_string_annotations_are_evaluated():      # as under `from __future__ import annotations`
+    class Ann(pypto.Module):
+        def forward(self, x: "pypto.Tensor[[pypto.DYNAMIC, 8], pypto.float32]"):
+            return x * 2.0
+
+    g = Ann().trace(torch.randn(3, 8))
+    assert [str(d) for d in g.info(g.inputs[0]).shape] == ["x_d0", "8"]
+    with pytest.raises(pypto.ShapeError, match="must have rank 2"):
+        Ann()(torch.randn(3))
+
+
 def test_non_tensor_arguments_key_the_cache():
     class Scaled(pypto.Module):
         def forward(self, x, factor: float = 2.0, mask=None):
@@ -393,3 +404,11 @@ def test_compile_errors():
         nn.Linear(2, 2).compile(dynamic={"input": [3]})(torch.ones(2, 2))
     with pytest.raises(pypto.PyptoError, match="does not define forward"):
         pypto.Module()(torch.ones(1))
+
+    class ReturnsFloat(pypto.Module):
+        def forward(self, x):
+            return 3.0
+
+    with pytest.raises(pypto.TypeMismatchError, match="must return a pypto.Tensor") as e:
+        ReturnsFloat()(torch.ones(2))
+    assert e.value.loc.file == __file__ and e.value.loc.func == "forward"
