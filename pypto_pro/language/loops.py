@@ -1,0 +1,149 @@
+"""``for i in pl.range(...)``: a Block IR ``For`` with run-time bounds.
+
+Tile groups advanced inside the body make the slot of an iteration depend on the iteration count.
+The loop is unrolled by the groups' period P (the smallest P after which every cursor is back where
+it started), so each body copy uses static slots — what hand-written double-buffered code does.
+Copies after the first are guarded by ``if i + u*step < stop`` unless the trip count is a known
+multiple of P. After a loop with a run-time trip count the cursor position is data-dependent:
+``current()`` / ``previous()`` need a fresh ``next()`` first.
+"""
+from __future__ import annotations
+
+import ast
+import math
+
+import sympy
+
+from pypto.ir.block import For, If
+
+from .control import range_bounds
+from .errors import ParseError
+from .parser import MAX_UNROLL, Call, LoopScope, is_runtime, norm, poison_loop_locals
+
+
+def runtime_loop(parser, node, frame) -> None:
+    sec = parser.require_section(frame, node, "a pl.range loop")
+    it = node.iter
+    args = [parser.ev(a, frame) for a in it.args]
+    kwargs = {k.arg: parser.ev(k.value, frame) for k in it.keywords}
+    call = Call(parser, frame, it, args, kwargs, list(it.args), {k.arg: k.value for k in it.keywords}, "pl.range")
+    start, stop, step = range_bounds(call)
+    if not isinstance(node.target, ast.Name):
+        raise ParseError("a pl.range loop variable is one plain name", frame.span(node.target))
+    name = node.target.id
+    var = parser.new_loop_var(name)
+    span = frame.span(node)
+
+    if parser.pipeline is not None:
+        from .pipeline import pipelined_loop
+        if pipelined_loop(parser, node, frame, (start, stop, step), var):
+            return
+
+    period, deltas = _period(parser, node, frame, name, var, step)
+    trip = _static_trip(start, stop, step)
+    guarded = period > 1 and not (trip is not None and trip % period == 0)
+
+    entry = parser.state()
+    hi = norm(stop - 1) if isinstance(step, int) else stop - 1
+    parser.loop_ranges[var] = (start, hi)
+    scope = LoopScope(set(frame.env), var, span)
+    scope.bound_inside.add(name)
+    frame.loops.append(scope)
+    frame.rt_depth += 1
+    body = sec.push()
+    try:
+        for u in range(period):
+            value = norm(var + u * step) if u else var
+            frame.env[name] = value
+            # copy u runs only while var + u*step < stop: what lets tails be proven full
+            parser.loop_ranges[var] = (start, norm(hi - u * step))
+            if u and guarded:
+                sec.push()
+                parser.exec_body(node.body, frame)
+                sec.emit(If(sympy.Lt(value, stop), sec.pop(), loc=span.loc))
+            else:
+                parser.exec_body(node.body, frame)
+    finally:
+        sec.pop()
+        frame.rt_depth -= 1
+        frame.loops.pop()
+        parser.loop_ranges.pop(var, None)
+    attrs = {"unroll": period} if period > 1 else {}
+    sec.emit(For(var, start, stop, norm(step * period), body, attrs, loc=span.loc))
+    _cursors_after(parser, entry, deltas, trip)
+    frame.env[name] = var
+    poison_loop_locals(frame, scope, var, span)
+
+
+def _static_trip(start, stop, step):
+    if all(isinstance(v, int) for v in (start, stop, step)):
+        return max(0, -(-(stop - start) // step))
+    return None
+
+
+def _period(parser, node, frame, name, var, step) -> int:
+    """Parse the body once into a scratch list to see how far each tile-group cursor moves per iteration."""
+    sec = parser.section
+    snap = (parser.state(), sec.snapshot(), dict(frame.env), len(parser.slots), len(parser.groups),
+            len(parser.workspaces), parser.ws_uses, set(parser.var_names), dict(getattr(parser, "_ws_use_of", {})),
+            list(parser.pipeline_sources))
+    before = {k: c.pos for k, c in parser.cursors.items()}
+    scope = LoopScope(set(frame.env), var, frame.span(node))
+    scope.bound_inside.add(name)
+    frame.loops.append(scope)
+    frame.rt_depth += 1
+    frame.env[name] = var
+    sec.push()
+    try:
+        parser.exec_body(node.body, frame)
+    finally:
+        sec.pop()
+        frame.rt_depth -= 1
+        frame.loops.pop()
+    after = {k: c.pos for k, c in parser.cursors.items()}
+    period, deltas = 1, {}
+    groups = {g.uid: g for g in parser.groups}
+    for key, pos in after.items():
+        g = groups.get(key[0])
+        if g is None:
+            continue
+        delta = deltas[key] = (pos - before.get(key, -1)) % g.depth
+        period = math.lcm(period, g.depth // math.gcd(delta, g.depth))
+    parser.restore(snap[0])
+    sec.restore(snap[1])
+    frame.env = snap[2]
+    del parser.slots[snap[3]:]
+    del parser.groups[snap[4]:]
+    del parser.workspaces[snap[5]:]
+    parser.ws_uses = snap[6]
+    parser.var_names = snap[7]
+    parser._ws_use_of = snap[8]
+    parser.pipeline_sources = snap[9]
+    if period > MAX_UNROLL:
+        raise ParseError(f"the tile groups advanced in this loop repeat only every {period} iterations; unrolling "
+                         f"by more than {MAX_UNROLL} is refused", frame.span(node),
+                         hint="give the groups depths that divide each other (e.g. all 2 or 4)")
+    return period, deltas
+
+
+def _cursors_after(parser, entry, deltas: dict, trip) -> None:
+    """Cursor positions after the loop: exact when the trip count is static, else back to the entry
+    position and marked unknown wherever the body moved the cursor."""
+    before = entry[0]
+    depth_of = {g.uid: g.depth for g in parser.groups}
+    for key, cur in parser.cursors.items():
+        b = before.get(key)
+        if b is not None and cur.pos == b.pos and cur.known == b.known:
+            continue
+        if trip is not None and b is not None and key in deltas:
+            if trip:
+                cur.pos, cur.known = (b.pos + trip * deltas[key]) % depth_of[key[0]], True
+            else:
+                cur.pos, cur.known = b.pos, b.known
+        elif b is not None:
+            cur.pos, cur.known = b.pos, False
+        else:
+            cur.pos, cur.known = -1, False
+
+
+__all__ = ["runtime_loop", "is_runtime"]

@@ -1,0 +1,405 @@
+"""Automatic synchronisation of one core's pipes: buffers are mutexes passed between pipes.
+
+Every buffer *resource* (a tile slot; slots whose bytes overlap, or that share a mutex id, are one
+resource; each GM tensor is one resource) is owned by at most one pipe at a time. When an instruction
+on pipe p touches a resource owned by pipe q, ownership moves q -> p: a ``set_flag(q, p, ev)`` right
+after q's last access of it and a ``wait_flag(q, p, ev)`` right before the instruction. All the
+transfers an instruction needs from one pipe share one event. This orders every RAW, WAR and WAW
+between pipes, and nothing else — so a load into one slot of a double buffer never waits for the
+compute on the other slot.
+
+A resource can also be *pending*: released by q towards p (the set issued) but not yet waited by p.
+Loops use that state to carry ownership around the back edge. The body is analysed once to find,
+per resource, the first pipe that touches it (f) and the state it ends in (X); the loop is entered in
+a state S0 the body can restart from: ``owned by f`` when X is f, else ``pending q -> f`` on a carried
+event (set after q's last access at the end of the body, waited before f's first access). The state
+before the loop is converted to S0 (a pre-loop set: the initial "free" token of double buffering);
+the end of the body is converted back to S0; the loop exits in S0, and whatever is pending at the end
+of the program is waited there (the drain). An inner loop's pending state passes through an outer
+loop unchanged, so double-buffer tokens are not drained at every outer iteration. If/else branches
+are analysed from the same state and the branch that touched a resource decides the state after the
+``if``; the other branch is converted at its end. Sets are never placed outside the branch or loop
+body that waits for them, so every set is consumed exactly once on every path (the simulator checks
+it). Event ids are then allocated per pipe pair and checked against MachineSpec.memory.event_ids.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pypto.ir.block import For, If, Instr, SetFlag, WaitFlag
+
+from .errors import SyncError
+
+ENTRY = ("entry",)          # dry run of a loop body: the state the loop will be entered in (unknown yet)
+
+
+@dataclass(eq=False)
+class Channel:
+    src: object
+    dst: object
+    key: tuple
+    event: int = -1
+
+
+class Seq:
+    """An output statement list being built; sets can be inserted after any earlier statement."""
+
+    def __init__(self, parent: "Seq | None", loop: bool = False):
+        self.parent = parent
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.loop = loop
+        self.loop_depth = self.depth if loop else (parent.loop_depth if parent is not None else -1)
+        self.out: list = []
+        self.after: dict = {}
+
+    def append(self, stmt) -> int:
+        self.out.append(stmt)
+        return len(self.out) - 1
+
+    def insert_after(self, idx: int, stmt) -> None:
+        self.after.setdefault(idx, []).append(stmt)
+
+    def materialize(self) -> list:
+        res = list(self.after.get(-1, []))
+        for i, s in enumerate(self.out):
+            res.append(s)
+            res.extend(self.after.get(i, []))
+        return res
+
+
+@dataclass(frozen=True)
+class Point:
+    seq: Seq
+    idx: int
+    origin: object = None     # what the access was (stable across the dry and the real pass of a loop)
+
+
+class PipeSync:
+    def __init__(self, resources_of, block_name: str):
+        self.resources_of = resources_of      # Instr -> set of resource keys
+        self.block_name = block_name
+        self.channels: dict = {}
+        self.chan_of: dict = {}               # id(SetFlag/WaitFlag) -> Channel
+        self._keep: list = []
+        self.state: dict = {}
+        self.last: dict = {}                  # resource -> Point of its owner's last access
+        self.first: dict | None = None        # dry run: resource -> first pipe
+
+    # ------------------------------------------------------------------ emission helpers
+    def channel(self, key, src, dst) -> Channel:
+        ch = self.channels.get(key)
+        if ch is None:
+            ch = self.channels[key] = Channel(src, dst, key)
+        return ch
+
+    def _set(self, ch: Channel, loc=None) -> SetFlag:
+        s = SetFlag(ch.src, ch.dst, -1, loc=loc)
+        self.chan_of[id(s)] = ch
+        self._keep.append(s)
+        return s
+
+    def _wait(self, ch: Channel, loc=None) -> WaitFlag:
+        w = WaitFlag(ch.src, ch.dst, -1, loc=loc)
+        self.chan_of[id(w)] = ch
+        self._keep.append(w)
+        return w
+
+    def _place_set(self, seq: Seq, points: list, ch: Channel, loc=None) -> None:
+        """Insert the set after the latest of ``points``, never outside the current list ``seq``."""
+        idx = -1
+        for pt in points:
+            if pt is None:
+                continue
+            if pt.seq is seq:
+                idx = max(idx, pt.idx)
+            elif pt.seq.depth < seq.loop_depth:
+                raise AssertionError(f"sync: a set for {ch.key} would be placed outside the loop body that "
+                                     "waits for it")
+        seq.insert_after(idx, self._set(ch, loc))
+
+    # ------------------------------------------------------------------ state changes
+    def _wait_now(self, seq: Seq, ch: Channel, loc=None) -> None:
+        """Consume ``ch`` here: every resource pending on it becomes owned by ch.dst."""
+        idx = seq.append(self._wait(ch, loc))
+        for r, st in self.state.items():
+            if st == ("pend", ch):
+                self.state[r] = ("own", ch.dst)
+                self.last[r] = Point(seq, idx, ("wait", ch.key))
+
+    def access(self, seq: Seq, ins: Instr) -> None:
+        p = ins.pipe
+        res = self.resources_of(ins)
+        for r in res:
+            st = self.state.get(r)
+            if st is not None and st[0] == "pend" and st[1].dst != p:
+                self._wait_now(seq, st[1], ins.loc)          # relay: the pending pipe takes it first
+        waits, transfers = [], {}
+        for r in res:
+            st = self.state.get(r)
+            if st is None:
+                continue
+            if st == ENTRY:
+                self.first.setdefault(r, p)
+            elif st[0] == "pend":
+                if st[1] not in waits:
+                    waits.append(st[1])
+            elif st[1] != p:
+                transfers.setdefault(st[1], []).append(r)
+        for ch in waits:
+            self._wait_now(seq, ch, ins.loc)
+        for q, rs in transfers.items():
+            ch = self.channel(("xfer", id(ins), q, p), q, p)
+            self._place_set(seq, [self.last.get(r) for r in rs], ch, ins.loc)
+            seq.append(self._wait(ch, ins.loc))
+        idx = seq.append(ins)
+        for r in res:
+            self.state[r] = ("own", p)
+            self.last[r] = Point(seq, idx, id(ins))
+
+    def convert(self, seq: Seq, targets: dict, site, loc=None) -> None:
+        """Bring each resource r to ``targets[r]`` (an ("own", pipe) or ("pend", channel) state) here."""
+        if self.first is not None:                            # dry run: ENTRY converts for free
+            for r, tgt in targets.items():
+                if self.state.get(r) == ENTRY:
+                    self.first.setdefault(r, tgt[1] if tgt[0] == "own" else tgt[1].dst)
+                    self.state[r] = tgt
+        todo = {r: t for r, t in targets.items() if self.state.get(r) != t}
+        for r, tgt in todo.items():                           # 1. consume pendings that are not the target
+            st = self.state.get(r)
+            if st is not None and st[0] == "pend" and st != tgt:
+                self._wait_now(seq, st[1], loc)
+        transfers = {}
+        for r, tgt in todo.items():                           # 2. move ownership to the pipe that must hold it
+            st = self.state.get(r)
+            if st == tgt:
+                continue
+            want = tgt[1] if tgt[0] == "own" else tgt[1].src
+            if st is None:
+                self.state[r] = ("own", want)
+                self.last[r] = None
+            elif st[1] != want:
+                transfers.setdefault((st[1], want), []).append(r)
+        for (q, p), rs in transfers.items():
+            ch = self.channel(("conv", site, q, p), q, p)
+            self._place_set(seq, [self.last.get(r) for r in rs], ch, loc)
+            idx = seq.append(self._wait(ch, loc))
+            for r in rs:
+                self.state[r] = ("own", p)
+                self.last[r] = Point(seq, idx, ("wait", ch.key))
+        releases = {}
+        for r, tgt in todo.items():                           # 3. release towards a pending target
+            if tgt[0] == "pend" and self.state.get(r) != tgt:
+                releases.setdefault(tgt[1], []).append(r)
+        for ch, rs in releases.items():
+            self._place_set(seq, [self.last.get(r) for r in rs], ch, loc)
+            for r in rs:
+                self.state[r] = ("pend", ch)
+
+    def _lift(self, seq: Seq, idx: int, origin) -> None:
+        """After closing a compound statement at seq[idx], points inside it become seq[idx]."""
+        for r, pt in self.last.items():
+            if pt is not None and pt.seq.depth > seq.depth:
+                self.last[r] = Point(seq, idx, origin)
+
+    # ------------------------------------------------------------------ structure
+    def run(self, stmts: list, seq: Seq) -> None:
+        for s in stmts:
+            if isinstance(s, Instr):
+                self.access(seq, s)
+            elif isinstance(s, For):
+                self.loop(s, seq)
+            elif isinstance(s, If):
+                self.branch(s, seq)
+            else:
+                seq.append(s)
+
+    def branch(self, s: If, seq: Seq) -> None:
+        before = (dict(self.state), dict(self.last))
+        t_seq = Seq(seq)
+        self.run(s.then_body, t_seq)
+        t_state, t_last = self.state, self.last
+        self.state, self.last = dict(before[0]), dict(before[1])
+        e_seq = Seq(seq)
+        self.run(s.else_body, e_seq)
+        e_state, e_last = self.state, self.last
+        # a branch that did not touch a resource keeps the state from before the if, and the branch that
+        # did converts back to it at its end (so a guarded body copy hands its slots back exactly as the
+        # loop expects); when both touched it, the then-branch's state wins
+        t_targets, e_targets = {}, {}
+        for r in set(t_state) | set(e_state):
+            ts, es = t_state.get(r), e_state.get(r)
+            if ts == es:
+                continue
+            t_touched = ts != before[0].get(r) or t_last.get(r) != before[1].get(r)
+            e_touched = es != before[0].get(r) or e_last.get(r) != before[1].get(r)
+            if (t_touched and e_touched) or es in (ENTRY, None):
+                e_targets[r] = ts
+            elif t_touched or ts in (ENTRY, None):
+                t_targets[r] = es
+            else:
+                e_targets[r] = ts
+        for targets, st, last, bseq, name in ((e_targets, e_state, e_last, e_seq, "else"),
+                                             (t_targets, t_state, t_last, t_seq, "then")):
+            self.state, self.last = st, last
+            if targets:
+                self.convert(bseq, {r: t for r, t in targets.items() if t is not None}, (id(s), name), s.loc)
+            if name == "else":
+                e_state, e_last = self.state, self.last
+            else:
+                t_state, t_last = self.state, self.last
+        idx = seq.append(If(s.cond, t_seq.materialize(), e_seq.materialize(), loc=s.loc))
+        self.state = t_state
+        self.last = {r: (t_last.get(r) if t_last.get(r) == e_last.get(r) else
+                         (Point(seq, idx, id(s)) if (t_last.get(r) or e_last.get(r)) is not None else None))
+                     for r in set(t_last) | set(e_last)}
+        self._lift(seq, idx, id(s))
+
+    def loop(self, s: For, seq: Seq) -> None:
+        entry_targets = self._loop_entry_state(s, seq)
+        self.convert(seq, entry_targets, ("pre", id(s)), s.loc)
+        body = Seq(seq, loop=True)
+        self.run(s.body, body)
+        self.convert(body, entry_targets, ("end", id(s)), s.loc)
+        idx = seq.append(For(s.var, s.start, s.stop, s.step, body.materialize(), dict(s.attrs), loc=s.loc))
+        self._lift(seq, idx, id(s))
+
+    def _loop_entry_state(self, s: For, seq: Seq) -> dict:
+        """Dry-run the body from ENTRY to find each resource's first pipe and end state -> S0."""
+        saved = (self.state, self.last, self.first)
+        keys = set(self.state) | self._resources_in(s.body)
+        self.state = {r: ENTRY for r in keys}
+        self.last = {}
+        self.first = {}
+        self.run(s.body, Seq(seq, loop=True))
+        end, first, last = self.state, self.first, self.last
+        self.state, self.last, self.first = saved
+        targets = {}
+        for r, x in end.items():
+            if x == ENTRY or r not in first:
+                continue
+            f = first[r]
+            if x == ("own", f):
+                targets[r] = x
+            elif x[0] == "pend" and x[1].dst == f:
+                targets[r] = x
+            else:
+                # resources released by the same last access share one carried event: a double
+                # buffer's slots get one each, so the next load of a slot waits only for its own reader
+                q = x[1] if x[0] == "own" else x[1].dst
+                origin = last[r].origin if last.get(r) is not None else None
+                targets[r] = ("pend", self.channel(("carry", id(s), q, f, origin), q, f))
+        return targets
+
+    def _resources_in(self, stmts) -> set:
+        out = set()
+        for s in stmts:
+            if isinstance(s, Instr):
+                out |= self.resources_of(s)
+            elif isinstance(s, For):
+                out |= self._resources_in(s.body)
+            elif isinstance(s, If):
+                out |= self._resources_in(s.then_body) | self._resources_in(s.else_body)
+        return out
+
+    def finish(self, seq: Seq) -> None:
+        """Drain: wait for every set still pending when the program ends."""
+        done = []
+        for r, st in list(self.state.items()):
+            if st is not None and st[0] == "pend" and st[1] not in done:
+                done.append(st[1])
+                self._wait_now(seq, st[1])
+
+
+# --------------------------------------------------------------------------- resources
+class _UnionFind:
+    def __init__(self):
+        self.parent = {}
+
+    def find(self, x):
+        self.parent.setdefault(x, x)
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, a, b):
+        self.parent[self.find(a)] = self.find(b)
+
+
+def resource_map(section):
+    """decl name -> resource key: overlapping slots, and slots sharing a mutex id, are one resource."""
+    slots = {s.uid: s for s in section.slot_of.values()}
+    uf = _UnionFind()
+    items = sorted(slots.values(), key=lambda s: (str(s.space), s.addr if s.addr is not None else -1))
+    for i, a in enumerate(items):
+        uf.find(a.uid)
+        for b in items[i + 1:]:
+            if a.space != b.space or a.addr is None or b.addr is None or b.addr >= a.addr + a.nbytes:
+                break
+            uf.union(a.uid, b.uid)
+    by_mutex = {}
+    for s in items:
+        if s.mutex_id is not None:
+            key = (str(s.space), s.mutex_id)
+            if key in by_mutex:
+                uf.union(s.uid, by_mutex[key])
+            by_mutex[key] = s.uid
+    return {name: ("tile", uf.find(slot.uid)) for name, slot in section.slot_of.items()}
+
+
+def make_resources_of(section):
+    tile_res = resource_map(section)
+
+    def resources_of(ins: Instr) -> set:
+        out = set()
+        for o in ins.operands:
+            if isinstance(o, str):
+                out.add(tile_res[o])
+            elif hasattr(o, "param"):
+                out.add(("gm", o.param))
+        return out
+    return resources_of
+
+
+# --------------------------------------------------------------------------- driver
+def synchronize_block(block, section, machine) -> dict:
+    ps = PipeSync(make_resources_of(section), block.name)
+    root = Seq(None)
+    ps.run(block.body, root)
+    ps.finish(root)
+    block.body = root.materialize()
+    return allocate_events(block, ps, machine)
+
+
+def allocate_events(block, ps: PipeSync, machine) -> dict:
+    """Give each channel of a pipe pair its own event id; more channels than ids is an error."""
+    from pypto.ir.block import walk
+    used: dict = {}
+    for s in walk(block.body):
+        if isinstance(s, (SetFlag, WaitFlag)):
+            ch = ps.chan_of[id(s)]
+            lst = used.setdefault((ch.src, ch.dst), [])
+            if ch not in lst:
+                lst.append(ch)
+    limit = machine.memory["event_ids"]
+    for (src, dst), chans in used.items():
+        if len(chans) > limit:
+            raise SyncError(f"{block.name}: automatic synchronisation needs {len(chans)} event ids for "
+                            f"{src} -> {dst}, the machine has {limit}", None,
+                            hint="use fewer buffer slots handed between these pipes, or synchronise by hand "
+                                 "(pl.system.sync_src / sync_dst)")
+        for i, ch in enumerate(chans):
+            ch.event = i
+    for s in walk(block.body):
+        if isinstance(s, (SetFlag, WaitFlag)):
+            s.event = ps.chan_of[id(s)].event
+    return {f"{a}->{b}": len(c) for (a, b), c in used.items()}
+
+
+def synchronize(blocks, parser, machine) -> dict:
+    from .cross_core import cross_core_sync
+    cross_core_sync(blocks, parser)
+    events = {}
+    for b in blocks:
+        events[b.name] = synchronize_block(b, parser.sections[b.core], machine)
+    return events
