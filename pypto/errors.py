@@ -1,6 +1,7 @@
 """pypto errors: every user mistake names the user's file and line, what was expected and what was found."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ _INTERNAL_ROOTS = [_PYPTO_ROOT]
 def register_internal_root(path: str) -> None:
     """Frames under this directory are library frames, never reported as the user's line."""
     _INTERNAL_ROOTS.append(os.path.dirname(os.path.abspath(path)))
+    _is_internal.cache_clear()
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class SourceLoc:
         return SourceLoc(v[0], v[1], v[2]) if v else None
 
 
+@functools.lru_cache(maxsize=4096)       # called for every frame of every traced op: keep it off the hot path
 def _is_internal(filename: str) -> bool:
     f = os.path.abspath(filename)
     if any(f.startswith(root + os.sep) for root in _INTERNAL_ROOTS):

@@ -103,6 +103,8 @@ def equal(a, b) -> bool | None:
     """True / False when decidable, None when it depends on run-time values."""
     if isinstance(a, int) and isinstance(b, int):
         return a == b
+    if a == b:                        # structurally equal (the common case): no simplify needed
+        return True
     diff = sympy.simplify(sympy.sympify(a) - sympy.sympify(b))
     if diff == 0:
         return True
