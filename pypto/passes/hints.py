@@ -146,3 +146,24 @@ def check_cube(cube: dict, infos) -> None:
         if need > spec.capacity[space]:
             raise TilingError(f"cube tile shapes m={list(cube['m'])} k={list(cube['k'])} n={list(cube['n'])} need "
                               f"{need} bytes of {space}, over its {spec.capacity[space]} bytes")
+
+
+class scoped:
+    """Within the block, the active hints are exactly ``vec`` and ``cube`` (used when a pass
+    re-traces ops, so they carry the hints their original op was traced with)."""
+
+    def __init__(self, vec=None, cube=None):
+        self.vec, self.cube = vec, cube
+
+    def __enter__(self):
+        self.saved = (dict(_global), dict(_local))
+        _global.update(vec=self.vec, cube=self.cube)
+        _local.update(vec=None, cube=None, owner=None)
+        return self
+
+    def __exit__(self, *exc):
+        _global.clear()
+        _global.update(self.saved[0])
+        _local.clear()
+        _local.update(self.saved[1])
+        return False

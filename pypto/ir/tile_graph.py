@@ -1,0 +1,289 @@
+"""TileGraph: the program as tile programs over tile views, before it is cut into per-core Blocks.
+
+A ``TileProgram`` is one fused group of the TensorGraph: an iteration space of tiles (``axes``:
+parallel axes spread over cores, at most one sequential axis looped inside a core for long
+reductions or matmul K), the GM tensors it reads and writes (``params``, each a view of an
+ExecutionGraph buffer), and one representative tile's work: tile ops (PTO instructions,
+destination first) over tile values with a memory space, a static shape and a symbolic valid
+shape (tails), and GM tile views ``GMTile(param, offsets)`` whose extent is the tile's valid shape.
+Offsets and valid shapes are expressions of the axes' tile index symbols and of the program's
+scalar params, so one TileProgram stands for every tile of its group whatever the sizes.
+
+Each op has a ``phase``: ``setup`` (loop-invariant: once per core), ``pre`` / ``post`` (per
+parallel tile, before / after the sequential loop) and ``step`` (per sequential step; programs
+without a sequential axis put their whole tile work in ``pre``). ``TileLoop`` is a ``pypto.loop``
+kept with its symbolic bounds.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Union
+
+import sympy
+
+from ..dtypes import DataType, to_dtype
+from ..errors import SourceLoc
+from ..symbolic import ceildiv
+from .isa import MemSpace
+
+PHASES = ("setup", "pre", "step", "post")
+
+
+@dataclass
+class TileAxis:
+    name: str
+    size: object              # extent of the iteration dim (int or sympy expr)
+    tile: int                 # tile extent along it
+    role: str = "parallel"    # parallel | sequential
+    index: sympy.Symbol = None   # tile index symbol (0 .. count-1)
+
+    def __post_init__(self):
+        if self.index is None:
+            self.index = sympy.Symbol(f"i_{self.name}", integer=True, nonnegative=True)
+
+    @property
+    def count(self):
+        return ceildiv(self.size, self.tile)
+
+
+@dataclass
+class TileParam:
+    """A GM tensor of a tile program: a (reshaped) view of an ExecutionGraph buffer."""
+    name: str
+    buffer: str
+    dtype: DataType
+    shape: tuple
+    mode: str = "in"          # in | out | inout
+
+
+@dataclass
+class GMTile:
+    """A tile view of a GM param: offsets in every dim of the param; extent = the tile's valid shape."""
+    param: str
+    offsets: tuple
+
+
+@dataclass
+class TileValue:
+    name: str
+    space: MemSpace
+    dtype: DataType
+    shape: tuple              # static (rows, cols)
+    valid: tuple              # symbolic (rows, cols)
+    phase: str = "pre"        # the loop level that owns the tile (setup | pre | step)
+
+
+@dataclass
+class TileOp:
+    op: str
+    operands: list            # destination first: tile names, GMTile, scalars
+    phase: str = "pre"
+    attrs: dict = field(default_factory=dict)
+    loc: SourceLoc | None = None
+    guard: object = None      # sympy condition: run only where it holds (None: always)
+
+
+@dataclass
+class TileProgram:
+    name: str
+    kind: str                 # vector | matmul
+    axes: list
+    params: list
+    tiles: dict
+    ops: list
+    scalars: dict = field(default_factory=dict)   # scalar param name -> binding (program symbols, loop vars)
+    nodes: list = field(default_factory=list)     # TensorGraph node ids computed here
+    attrs: dict = field(default_factory=dict)
+    loc: SourceLoc | None = None
+
+    def param(self, name: str) -> TileParam:
+        return next(p for p in self.params if p.name == name)
+
+    def parallel_axes(self):
+        return [a for a in self.axes if a.role == "parallel"]
+
+    def sequential_axis(self):
+        return next((a for a in self.axes if a.role == "sequential"), None)
+
+
+@dataclass
+class TileLoop:
+    var: sympy.Symbol
+    start: object
+    stop: object
+    step: object
+    body: list
+    loc: SourceLoc | None = None
+
+
+TileItem = Union[TileProgram, TileLoop]
+
+
+@dataclass
+class TileGraph:
+    name: str
+    buffers: dict             # name -> pypto.ir.execution.Buffer
+    inputs: list
+    outputs: list
+    items: list
+    symbols: list = field(default_factory=list)
+
+    def programs(self):
+        def rec(items):
+            for it in items:
+                if isinstance(it, TileLoop):
+                    yield from rec(it.body)
+                else:
+                    yield it
+        yield from rec(self.items)
+
+    def __str__(self) -> str:
+        return print_tile_graph(self)
+
+    def to_json(self) -> dict:
+        return tile_graph_to_json(self)
+
+    def to_dot(self) -> str:
+        return tile_graph_to_dot(self)
+
+
+# ---------------------------------------------------------------- printer
+def _fmt(v) -> str:
+    if isinstance(v, GMTile):
+        return f"{v.param}[{', '.join(str(o) for o in v.offsets)}]"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_fmt(x) for x in v) + "]"
+    return str(v)
+
+
+def print_program(p: TileProgram, indent: int = 0) -> str:
+    pad = "  " * indent
+    axes = ", ".join(f"{a.name}: {a.size}/{a.tile} {a.role}" for a in p.axes)
+    params = ", ".join(f"{q.name}: {q.mode} {q.dtype}[{', '.join(map(str, q.shape))}]={q.buffer}" for q in p.params)
+    out = [f"{pad}tile_program {p.name} ({p.kind})  axes({axes})",
+           f"{pad}  params({params})"]
+    if p.scalars:
+        out.append(f"{pad}  scalars({', '.join(f'{k}={v}' for k, v in p.scalars.items())})")
+    for t in p.tiles.values():
+        out.append(f"{pad}  tile {t.name}: {t.space} {t.dtype}[{t.shape[0]}, {t.shape[1]}] valid "
+                   f"[{t.valid[0]}, {t.valid[1]}] ({t.phase})")
+    for op in p.ops:
+        attrs = {k: v for k, v in op.attrs.items() if not k.startswith("_")}
+        a = (" {" + ", ".join(f"{k}={v}" for k, v in attrs.items()) + "}") if attrs else ""
+        g = f"  if {op.guard}" if op.guard is not None else ""
+        text = f"{pad}  {op.phase:<5} {op.op:<14} {', '.join(_fmt(o) for o in op.operands)}{a}{g}"
+        out.append(f"{text:<80} # {op.loc}" if op.loc else text)
+    return "\n".join(out)
+
+
+def print_tile_graph(g: TileGraph) -> str:
+    lines = [f"tile_graph {g.name}  inputs({', '.join(g.inputs)})  outputs({', '.join(g.outputs)})"]
+    for b in g.buffers.values():
+        view = f"  view of {b.view_of}+{b.view_offset}" if b.view_of else ""
+        lines.append(f"  buffer {b.name}: {b.role} {b.dtype}[{', '.join(map(str, b.shape))}]{view}")
+
+    def rec(items, depth):
+        for it in items:
+            if isinstance(it, TileLoop):
+                lines.append(f"{'  ' * depth}loop {it.var} in range({it.start}, {it.stop}, {it.step}):")
+                rec(it.body, depth + 1)
+            else:
+                lines.append(print_program(it, depth))
+    rec(g.items, 1)
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- JSON
+def _enc(v):
+    if isinstance(v, sympy.Basic):
+        return {"$sym": sympy.srepr(v)}
+    if isinstance(v, DataType):
+        return {"$dtype": v.name}
+    if isinstance(v, MemSpace):
+        return {"$space": v.value}
+    if isinstance(v, SourceLoc):
+        return {"$loc": v.to_json()}
+    if isinstance(v, GMTile):
+        return {"$gm": [v.param, _enc(list(v.offsets))]}
+    if isinstance(v, tuple):
+        return {"$tuple": [_enc(x) for x in v]}
+    if isinstance(v, list):
+        return [_enc(x) for x in v]
+    if isinstance(v, dict):
+        return {"$dict": [[_enc(k), _enc(x)] for k, x in v.items()]}
+    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+        return {"$float": str(v)}
+    if hasattr(v, "__dataclass_fields__"):
+        return {"$" + type(v).__name__: {k: _enc(getattr(v, k)) for k in v.__dataclass_fields__}}
+    return v
+
+
+_CLASSES = {}
+
+
+def _dec(v):
+    if isinstance(v, list):
+        return [_dec(x) for x in v]
+    if not isinstance(v, dict):
+        return v
+    (tag, val), = v.items()
+    if tag == "$sym":
+        return eval(val, vars(sympy).copy())       # srepr output: sympy constructor calls only
+    if tag == "$dtype":
+        return to_dtype(val)
+    if tag == "$space":
+        return MemSpace(val)
+    if tag == "$loc":
+        return SourceLoc.from_json(val)
+    if tag == "$gm":
+        return GMTile(val[0], tuple(_dec(val[1])))
+    if tag == "$tuple":
+        return tuple(_dec(x) for x in val)
+    if tag == "$dict":
+        return {_dec(k): _dec(x) for k, x in val}
+    if tag == "$float":
+        return float(val)
+    cls = _classes()[tag[1:]]
+    return cls(**{k: _dec(x) for k, x in val.items()})
+
+
+def _classes():
+    if not _CLASSES:
+        from .execution import Buffer
+        for c in (TileAxis, TileParam, TileValue, TileOp, TileProgram, TileLoop, Buffer):
+            _CLASSES[c.__name__] = c
+    return _CLASSES
+
+
+def tile_graph_to_json(g: TileGraph) -> dict:
+    return {"name": g.name, "buffers": _enc(list(g.buffers.values())), "inputs": g.inputs, "outputs": g.outputs,
+            "items": _enc(g.items), "symbols": _enc(list(g.symbols))}
+
+
+def tile_graph_from_json(data: dict) -> TileGraph:
+    bufs = _dec(data["buffers"])
+    return TileGraph(data["name"], {b.name: b for b in bufs}, list(data["inputs"]), list(data["outputs"]),
+                     _dec(data["items"]), _dec(data["symbols"]))
+
+
+def dumps(g: TileGraph) -> str:
+    return json.dumps(tile_graph_to_json(g), indent=1)
+
+
+# ---------------------------------------------------------------- DOT
+def tile_graph_to_dot(g: TileGraph) -> str:
+    """Programs as boxes, GM buffers as ellipses, edges by the params each program reads/writes."""
+    lines = [f'digraph "{g.name}" {{', "  node [fontname=monospace];"]
+    for b in g.buffers.values():
+        lines.append(f'  "b:{b.name}" [shape=ellipse, label="{b.name}\\n{b.dtype}[{", ".join(map(str, b.shape))}]"];')
+    for k, p in enumerate(g.programs()):
+        axes = ", ".join(f"{a.name}/{a.tile}" for a in p.axes)
+        lines.append(f'  "p{k}" [shape=box, label="{p.name} ({p.kind})\\n{axes}\\n{len(p.ops)} tile ops"];')
+        for q in p.params:
+            if q.mode in ("in", "inout"):
+                lines.append(f'  "b:{q.buffer}" -> "p{k}";')
+            if q.mode in ("out", "inout"):
+                lines.append(f'  "p{k}" -> "b:{q.buffer}";')
+    lines.append("}")
+    return "\n".join(lines)

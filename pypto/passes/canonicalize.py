@@ -1,0 +1,103 @@
+"""Canonicalize: simplifications that make the graph easier to tile, each a small rewrite rule.
+
+* a cast to the value's own dtype, or a round trip through an exact widening (f16 -> f32 -> f16),
+  disappears;
+* a reduction over several dims that does not fit one tile becomes single-dim reductions (from the
+  innermost dim out, accumulating fp16/bf16 in fp32 as the single reduction would);
+* ``argmax`` over the whole of a tensor of rank > 1 reduces its flattened form;
+* dead nodes drop out (rebuild keeps only what the outputs need).
+"""
+from __future__ import annotations
+
+from .. import dtypes
+from ..frontend import api as P
+from ..ir.tensor_graph import TensorGraph
+from .iterspace import is_one
+from .rewrite import rebuild
+
+EXACT_WIDENING = {(dtypes.float16, dtypes.float32), (dtypes.bfloat16, dtypes.float32),
+                  (dtypes.int8, dtypes.int32), (dtypes.int16, dtypes.int32), (dtypes.int8, dtypes.int16),
+                  (dtypes.int32, dtypes.int64), (dtypes.int8, dtypes.int64), (dtypes.int16, dtypes.int64)}
+SPLITTABLE = ("sum", "prod", "amax", "amin")
+WHOLE_LIMIT = 8192          # elements a reduction keeps in one tile without splitting
+
+
+def _fold_cast(g, nid, ins):
+    x = ins[0]
+    to = g.node(nid)["attrs"]["dtype"]
+    if x.dtype == to:
+        return x
+    src = g.node(g.node(nid)["inputs"][0])
+    if src["op"] == "cast":
+        inner = g.info(src["inputs"][0]).dtype
+        if inner == to and (inner, x.dtype) in EXACT_WIDENING:
+            # the cast's input value, rebuilt: reach it through the cast node's rebuilt input
+            return _rebuilt_input(x)
+    return None
+
+
+def _rebuilt_input(t):
+    """The input Tensor of a rebuilt cast node ``t``."""
+    from ..frontend.tensor import Tensor
+    g = t._graph
+    node = g.node(t._node)
+    if node["op"] == "cast":
+        return Tensor._wrap(g, node["inputs"][0])
+    return None
+
+
+def _split_reduce(g, nid, ins):
+    a = g.node(nid)["attrs"]
+    dims = tuple(a["dims"])
+    shape = g.info(g.node(nid)["inputs"][0]).shape
+    real = [d for d in dims if not is_one(shape[d])]
+    if len(real) <= 1:
+        return None
+    total = 1
+    for d in real:
+        total = total * shape[d] if isinstance(shape[d], int) and isinstance(total, int) else None
+        if total is None:
+            break
+    if total is not None and total <= WHOLE_LIMIT:
+        return None
+    op = g.op(nid)
+    x = ins[0]
+    out_dt = g.info(nid).dtype
+    acc = dtypes.float32 if (op in ("sum", "prod") and out_dt in (dtypes.float16, dtypes.bfloat16)) else None
+    t = x
+    for d in sorted(dims, reverse=True):
+        extra = {"dtype": acc} if acc is not None else {}
+        t = P.emit(op, [t], {"dims": (d,), "keepdim": True, **extra})
+    if t.dtype != out_dt:
+        t = P.cast(t, out_dt)
+    if not a.get("keepdim", False):
+        t = P.reshape(t, tuple(s for k, s in enumerate(t.shape) if k not in dims))
+    return t
+
+
+def _flatten_argmax(g, nid, ins):
+    a = g.node(nid)["attrs"]
+    x = ins[0]
+    if a.get("dim") is not None or x.ndim <= 1:
+        return None
+    n = 1
+    for d in x.shape:
+        n = n * d
+    flat = P.reshape(x, (n,))
+    out = P.emit("argmax", [flat], {"dim": 0, "keepdim": False})
+    if a.get("keepdim"):
+        out = P.reshape(out, (1,) * x.ndim)
+    return out
+
+
+RULES = {"cast": _fold_cast, "argmax": _flatten_argmax}
+RULES |= {op: _split_reduce for op in SPLITTABLE}
+
+
+def _rewrite(g, nid, ins):
+    rule = RULES.get(g.op(nid))
+    return rule(g, nid, ins) if rule else None
+
+
+def canonicalize(g: TensorGraph) -> TensorGraph:
+    return rebuild(g, _rewrite)

@@ -1,0 +1,166 @@
+"""TileGraph -> BlockGraph: one Kernel per distinct tile program, one Task per program instance.
+
+Kernels are parameterised by scalars, not sizes: every size symbol, loop variable or other
+program-level expression a Block mentions becomes a scalar param ``n0, n1, ...`` (in order of
+first appearance) that the Task binds. Two programs whose Blocks then print the same (the 24
+layers of an MLP, the tiles of every row block...) share one Kernel, so the number of kernels does
+not grow with the sizes or the depth of a model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy
+
+from ..ir.block import (BLOCK_IDX, BLOCK_NUM, SUBBLOCK_IDX, Block, CrossCoreSetFlag, CrossCoreWaitFlag, For,
+                        GMParam, GMRegion, If, Instr, Kernel, PipeBarrier, SetFlag, TileDecl, WaitFlag)
+from ..ir.block_printer import print_block
+from ..ir.execution import ExecutionGraph, Loop, Region, Task
+from ..ir.tile_graph import TileGraph, TileLoop
+from .to_blocks import lower_program
+
+LAUNCH_SYMBOLS = {BLOCK_IDX, BLOCK_NUM, SUBBLOCK_IDX}
+
+
+@dataclass
+class BlockGraph:
+    """Kernels (Block IR) and the ExecutionGraph that launches them, plus the memory regions the
+    planner must keep apart per kernel."""
+    graph: ExecutionGraph
+    regions: dict = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        parts = [str(k) for k in self.graph.kernels.values()]
+        return "\n\n".join(parts + [str(self.graph)])
+
+
+# ---------------------------------------------------------------- expression walking
+def map_block_exprs(block: Block, fn) -> None:
+    """Apply ``fn`` to every scalar expression of a block, in place."""
+    def ex(v):
+        return fn(v) if isinstance(v, sympy.Basic) else v
+    block.gm_params = [GMParam(g.name, g.dtype, tuple(ex(d) for d in g.shape)) for g in block.gm_params]
+    for t in block.tiles:
+        if t.valid is not None:
+            t.valid = tuple(ex(v) for v in t.valid)
+
+    def stmts(body):
+        for s in body:
+            if isinstance(s, Instr):
+                s.operands = [GMRegion(o.param, tuple(ex(x) for x in o.offsets)) if isinstance(o, GMRegion)
+                              else ex(o) if not isinstance(o, str) else o for o in s.operands]
+            elif isinstance(s, For):
+                s.start, s.stop, s.step = ex(s.start), ex(s.stop), ex(s.step)
+                stmts(s.body)
+            elif isinstance(s, If):
+                s.cond = ex(s.cond)
+                stmts(s.then_body)
+                stmts(s.else_body)
+    stmts(block.body)
+
+
+def block_symbols(block: Block) -> list:
+    """Free symbols of a block that are not its own loop variables or launch symbols, in order of
+    first appearance."""
+    seen, loops = [], set()
+
+    def add(v):
+        if isinstance(v, sympy.Basic):
+            for s in sorted(v.free_symbols, key=lambda s: s.name):
+                if s not in seen:
+                    seen.append(s)
+    for g in block.gm_params:
+        for d in g.shape:
+            add(d)
+    for t in block.tiles:
+        for v in t.valid or ():
+            add(v)
+
+    def stmts(body):
+        for s in body:
+            if isinstance(s, Instr):
+                for o in s.operands:
+                    if isinstance(o, GMRegion):
+                        for x in o.offsets:
+                            add(x)
+                    elif not isinstance(o, str):
+                        add(o)
+            elif isinstance(s, For):
+                loops.add(s.var)
+                add(s.start), add(s.stop), add(s.step)
+                stmts(s.body)
+            elif isinstance(s, If):
+                add(s.cond)
+                stmts(s.then_body)
+                stmts(s.else_body)
+    stmts(block.body)
+    return [s for s in seen if s not in loops and s not in LAUNCH_SYMBOLS and not s.name.startswith("i_")]
+
+
+def _param_symbol(k: int, like: sympy.Symbol) -> sympy.Symbol:
+    assume = {a: v for a, v in like.assumptions0.items() if a in ("integer", "positive", "nonnegative") and v}
+    return sympy.Symbol(f"n{k}", **assume)
+
+
+def parameterise(block: Block) -> dict:
+    """Replace the block's program symbols by scalar params n0, n1...; returns {param name: symbol}."""
+    syms = block_symbols(block)
+    mapping = {s: _param_symbol(k, s) for k, s in enumerate(syms)}
+    if mapping:
+        map_block_exprs(block, lambda v: v.xreplace(mapping))
+    block.scalar_params = list(mapping.values())
+    return {p.name: s for s, p in mapping.items()}
+
+
+def _structure_key(kernel: Kernel) -> str:
+    texts = []
+    for b in kernel.blocks:
+        name = b.name
+        b.name = "_"
+        texts.append(print_block(b))
+        b.name = name
+    return "\n".join(texts)
+
+
+# ---------------------------------------------------------------- the pass
+def lower_blocks(tg: TileGraph, machine) -> BlockGraph:
+    kernels, by_key, regions = {}, {}, {}
+
+    def task_of(p):
+        kernel, block_dim, reg = lower_program(p, machine)
+        binding = {}
+        for b in kernel.blocks:
+            binding.update(parameterise(b))
+        key = _structure_key(kernel)
+        if key in by_key:
+            kname = by_key[key]
+        else:
+            kname = kernel.name
+            by_key[key] = kname
+            kernels[kname] = kernel
+            regions[kname] = reg
+        gm_args = {q.name: q.buffer for q in p.params}
+        reads = [_whole(tg, q.buffer) for q in p.params if q.mode in ("in", "inout")]
+        writes = [_whole(tg, q.buffer) for q in p.params if q.mode in ("out", "inout")]
+        return Task(kname, gm_args, binding, block_dim, reads, writes, p.loc, p.name)
+
+    def rec(items):
+        out = []
+        for it in items:
+            if isinstance(it, TileLoop):
+                out.append(Loop(it.var, it.start, it.stop, it.step, rec(it.body), it.loc))
+            else:
+                out.append(task_of(it))
+        return out
+    program = rec(tg.items)
+    eg = ExecutionGraph(kernels, dict(tg.buffers), list(tg.inputs), list(tg.outputs), program, list(tg.symbols))
+    return BlockGraph(eg, regions)
+
+
+def _whole(tg, name) -> Region:
+    b = tg.buffers[name]
+    return Region(name, (0,) * len(b.shape), tuple(b.shape))
+
+
+__all__ = ["BlockGraph", "lower_blocks", "parameterise", "map_block_exprs", "TileDecl", "PipeBarrier", "SetFlag",
+           "WaitFlag", "CrossCoreSetFlag", "CrossCoreWaitFlag"]

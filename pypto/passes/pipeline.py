@@ -1,0 +1,82 @@
+"""``lower(graph)``: the pass pipeline from a traced TensorGraph to an ExecutionGraph of Block IR kernels.
+
+    decompose      composites -> primitive ops                       TensorGraph -> TensorGraph
+    canonicalize   fold casts, split reductions, drop dead nodes     TensorGraph -> TensorGraph
+    tile           fusion plan, tile choice, tile programs            TensorGraph -> TileGraph
+    blocks         cores, ping-pong, one Kernel per distinct program  TileGraph   -> BlockGraph
+    memory         on-chip addresses                                  BlockGraph  -> BlockGraph
+    sync           set/wait flags between pipes                       BlockGraph  -> BlockGraph
+    final          the ExecutionGraph                                  BlockGraph  -> ExecutionGraph
+"""
+from __future__ import annotations
+
+from ..machine import MachineSpec, get_machine, load_machine
+from .canonicalize import canonicalize
+from .decompose import decompose
+from .kernels import BlockGraph, lower_blocks
+from .manager import PassManager
+from .memory import plan_memory
+from .sync import insert_sync
+from .tiling import build_tile_graph
+
+_last = {"manager": None}
+
+
+def _machine(machine) -> MachineSpec:
+    if machine is None:
+        return get_machine()
+    return machine if isinstance(machine, MachineSpec) else load_machine(machine)
+
+
+def _memory(bg: BlockGraph, spec) -> BlockGraph:
+    for name, k in bg.graph.kernels.items():
+        for b in k.blocks:
+            plan_memory(b, spec, bg.regions.get(name))
+    return bg
+
+
+def _sync(bg: BlockGraph, spec) -> BlockGraph:
+    for k in bg.graph.kernels.values():
+        for b in k.blocks:
+            insert_sync(b, spec)
+    return bg
+
+
+def _verify_blocks(bg) -> None:
+    from ..ir.block_verify import verify_kernel
+    graph = getattr(bg, "graph", bg)
+    for k in graph.kernels.values():
+        verify_kernel(k, _verify_blocks.spec)
+
+
+def _verify_graph(g) -> None:
+    verify = getattr(g, "verify", None)
+    try:
+        from ..ir import graph_verify  # noqa: F401
+    except ImportError:
+        return
+    if verify is not None:
+        verify()
+
+
+def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = True):
+    """Lower a TensorGraph to an ExecutionGraph (kernels in Block IR, tasks, buffers, loops)."""
+    spec = _machine(machine)
+    pm = PassManager(graph.name, dump, verify)
+    _last["manager"] = pm
+    _verify_blocks.spec = spec
+    pm.write("traced", graph)
+    g = pm.run("decompose", decompose, graph, verifier=_verify_graph)
+    g = pm.run("canonicalize", canonicalize, g, verifier=_verify_graph)
+    tg = pm.run("tile", build_tile_graph, g, spec, fuse=fuse)
+    bg = pm.run("blocks", lower_blocks, tg, spec)
+    bg = pm.run("memory", _memory, bg, spec)
+    bg = pm.run("sync", _sync, bg, spec, verifier=_verify_blocks)
+    eg = pm.run("final", lambda b: b.graph, bg)
+    return eg
+
+
+def last_timings() -> dict:
+    """Seconds per pass of the most recent ``lower`` call."""
+    pm = _last["manager"]
+    return pm.timings() if pm else {}

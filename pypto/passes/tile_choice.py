@@ -1,0 +1,221 @@
+"""The tile chooser: tile sizes from hints, otherwise the candidate with the lowest estimated time
+among those whose working set fits the on-chip buffer (double-buffered).
+
+Vector groups: the working set is estimated from the group's values (dtype, and whether each runs
+along the row and col axes) with a linear scan of their live ranges; the time of a candidate is
+tiles-per-core x (per-tile overhead + max(vector cycles, load/store cycles)), with the machine's
+vector bytes/cycle, per-instruction issue cost and MTE bandwidth. Sizes unknown at compile time
+count as ``ASSUMED_DYNAMIC``. Whole axes (reductions kept in one tile) take their full size; grid
+axes take 1. A hint (``set_vec_tile_shapes``) maps onto the axes through the hinted op's dims.
+"""
+from __future__ import annotations
+
+import math
+
+from ..errors import TilingError
+
+ASSUMED_DYNAMIC = 4096
+TILE_OVERHEAD_CYCLES = 160         # scalar loop + flags per tile
+FILL = 0.85                        # share of the buffer the estimate may use (alignment, temps)
+MAX_COLS_BYTES = 32768             # a row of one tile: long enough to amortise instruction issue
+
+
+def _est(size) -> int:
+    return size if isinstance(size, int) else ASSUMED_DYNAMIC
+
+
+def _pow2_upto(n):
+    out, v = [], 1
+    while v <= n:
+        out.append(v)
+        v *= 2
+    return out
+
+
+def _hint_tiles(tiler, sizes):
+    """Per-axis tile sizes from the first hinted op of the group (None when no op is hinted)."""
+    g = tiler.g
+    for n in tiler.group.nodes:
+        hint = g.node(n)["attrs"].get("vec_tile")
+        if not hint:
+            continue
+        sp = tiler.plan.spaces[n]
+        ins = g.node(n)["inputs"]
+        amap = sp.in_maps[0] if sp.reduces or sp.scans else sp.out_map
+        if len(amap) != len(hint):
+            if ins and len(sp.in_maps) and len(sp.in_maps[0]) == len(hint):
+                amap = sp.in_maps[0]
+            else:
+                continue
+        per_axis = [1] * len(sizes)
+        for d, h in zip(amap, hint):
+            if d is not None:
+                per_axis[tiler.canon.axis_of[d.find()]] *= h
+        return per_axis, g.node(n)["loc"]
+    return None, None
+
+
+def vector_tiles(tiler, sizes, row_adjacent: bool) -> list:
+    canon, spec = tiler.canon, tiler.machine
+    n = len(sizes)
+    if n == 0:
+        return []
+    tiles = [1] * n
+    hinted, loc = _hint_tiles(tiler, sizes)
+    fixed = {}
+    for k in range(n):
+        kind, role = canon.kind(k), canon.roles[k]
+        if role == "whole":
+            if not isinstance(sizes[k], int):
+                raise TilingError(f"a reduction over a dynamic dim ({sizes[k]}) must be split, not kept whole")
+            fixed[k] = sizes[k]
+        elif kind == "grid":
+            fixed[k] = 1
+    if not row_adjacent and canon.row is not None and canon.row not in fixed:
+        fixed[canon.row] = 1
+    if hinted is not None:
+        for k in range(n):
+            tiles[k] = fixed.get(k, max(1, hinted[k]))
+            if isinstance(sizes[k], int) and k not in fixed:
+                tiles[k] = min(tiles[k], sizes[k])
+        if working_set(tiler, tiles) > spec.capacity["UB"]:
+            raise TilingError(f"vector tile shape {list(tiles)} of this fused group needs about "
+                              f"{working_set(tiler, tiles)} bytes of UB with double buffering, over "
+                              f"{spec.capacity['UB']}", loc=loc)
+        return tiles
+    return _auto(tiler, sizes, fixed)
+
+
+def _candidates(size, fixed_value, align, limit):
+    if fixed_value is not None:
+        return [fixed_value]
+    est = _est(size)
+    cands = {c for c in _pow2_upto(min(limit, max(est, 1)))}
+    if isinstance(size, int) and size <= limit:
+        cands.add(size)
+    if align > 1:
+        cands = {c for c in cands if c % align == 0 or (isinstance(size, int) and c == size)} or {align}
+    return sorted(cands)
+
+
+def _auto(tiler, sizes, fixed) -> list:
+    canon, spec = tiler.canon, tiler.machine
+    n = len(sizes)
+    col, row = canon.col, canon.row
+    itemsize = max(tiler.g.info(m).dtype.itemsize for m in tiler.group.nodes)
+    col_align = max(spec.alignment // itemsize, 1)
+    col_cands = _candidates(sizes[col], fixed.get(col), col_align, MAX_COLS_BYTES // itemsize)
+    row_cands = _candidates(sizes[row], fixed.get(row), 1, 4096) if row is not None else [1]
+    best, best_t = None, math.inf
+    for tc in col_cands:
+        for tr in row_cands:
+            tiles = [fixed.get(k, 1) for k in range(n)]
+            tiles[col] = tc
+            if row is not None:
+                tiles[row] = tr
+            ws = working_set(tiler, tiles)
+            if ws > spec.capacity["UB"] * FILL and best is not None:
+                continue
+            t = _time(tiler, sizes, tiles)
+            if ws > spec.capacity["UB"] * FILL:
+                t = math.inf if best is None and ws <= spec.capacity["UB"] else t * 1e6
+            if t < best_t or best is None:
+                best, best_t = tiles, t
+    if working_set(tiler, best) > spec.capacity["UB"]:
+        raise TilingError(f"no tile of this fused group fits the {spec.capacity['UB']}-byte UB "
+                          f"(smallest needs {working_set(tiler, best)} bytes)",
+                          loc=tiler.g.node(tiler.group.nodes[-1])["loc"])
+    return best
+
+
+def _values(tiler):
+    """(bytes-per-element, has_row, has_col, phase-class, first, last) of the group's values, in
+    node order positions: loads at their first use, node results from their node to last use."""
+    g, canon = tiler.g, tiler.canon
+    order = {n: i for i, n in enumerate(tiler.group.nodes)}
+    last = {}
+    for n in tiler.group.nodes:
+        for src in g.node(n)["inputs"]:
+            last[src] = order[n]
+    vals, seen = [], set()
+    for n in tiler.group.nodes:
+        sp = tiler.plan.spaces[n]
+        for k, src in enumerate(g.node(n)["inputs"]):
+            if src in tiler.members or g.op(src) == "scalar" or src in seen:
+                continue
+            seen.add(src)
+            acc = tiler.storage.get(src)
+            axes = tiler.axes_of(sp.in_maps[k], acc) if acc is not None else set()
+            vals.append((g.info(src).dtype.itemsize, axes, order[n], last.get(src, order[n])))
+        axes = {canon.axis_of[d.find()] for d in sp.out_map if d is not None}
+        end = max(last.get(n, order[n]), order[n]) if n not in tiler.stores else len(order)
+        # fp16/bf16 math runs through an fp32 temp
+        item = g.info(n).dtype.itemsize
+        vals.append((item, axes, order[n], end))
+        if item < 4 and g.op(n) not in ("cast", "full"):
+            vals.append((4, {canon.axis_of[d.find()] for d in sp.dims}, order[n], order[n]))
+    return vals
+
+
+def working_set(tiler, tiles) -> int:
+    canon, spec = tiler.canon, tiler.machine
+    col, row = canon.col, canon.row
+    seq = any(r == "seq" for r in canon.roles)
+    steps = len(tiler.group.nodes) + 1
+    live = [0] * (steps + 1)
+    setup = 0
+    for item, axes, first, last in _values(tiler):
+        rows = tiles[row] if (row is not None and row in axes) else 1
+        cols = tiles[col] if col in axes else 1
+        per = max(spec.alignment // item, 1)
+        nbytes = rows * (-(-cols // per) * per) * item
+        sizes = tiler_sizes(tiler)
+        moving = any(canon.roles[k] in ("par", "seq") and not _single(sizes[k], tiles[k]) for k in axes)
+        if not moving:
+            setup += nbytes
+            continue
+        for i in range(first, min(last, steps - 1) + 1):
+            live[i] += nbytes
+    peak = max(live)
+    return setup + (2 * peak if not seq else 2 * peak)
+
+
+def tiler_sizes(tiler):
+    if not hasattr(tiler, "_sizes"):
+        from .vector_tiling import _prod
+        tiler._sizes = [_prod([d.size for d in run]) for run in tiler.canon.runs]
+    return tiler._sizes
+
+
+def _single(sizes_k, tile) -> bool:
+    return isinstance(sizes_k, int) and sizes_k <= tile
+
+
+def _time(tiler, sizes, tiles) -> float:
+    spec = tiler.machine
+    cores = spec.num_aiv
+    count = 1
+    for s, t in zip(sizes, tiles):
+        count *= -(-_est(s) // t)
+    per_core = -(-count // cores)
+    vbytes = spec.vector["bytes_per_cycle"]
+    issue = spec.vector.get("issue_cycles", 8)
+    mte = spec.memory.get("mte2_bytes_per_cycle", 128)
+    col, row = tiler.canon.col, tiler.canon.row
+    vec, mem = 0.0, 0.0
+    for item, axes, first, last in _values(tiler):
+        rows = tiles[row] if (row is not None and row in axes) else 1
+        cols = tiles[col] if col in axes else 1
+        vec += issue + rows * cols * max(item, 4) / vbytes
+    for n in tiler.group.nodes:
+        if n in tiler.stores:
+            mem += rows_cols(tiler, tiles) * tiler.g.info(n).dtype.itemsize / mte
+    for n, k, src, amap, acc in tiler.ext:
+        if acc is not None:
+            mem += rows_cols(tiler, tiles) * tiler.g.info(src).dtype.itemsize / mte
+    return per_core * (TILE_OVERHEAD_CYCLES + max(vec, mem))
+
+
+def rows_cols(tiler, tiles) -> int:
+    col, row = tiler.canon.col, tiler.canon.row
+    return (tiles[row] if row is not None else 1) * tiles[col]

@@ -1,0 +1,177 @@
+"""TileProgram -> Block: spread the tiles over cores and double-buffer them.
+
+Choice (documented): one Task per program with ``block_dim = min(tiles, cores)``; core ``b``
+takes tiles ``b, b + block_num, b + 2*block_num ...`` (round-robin, so tails balance), so the task
+count stays one whatever the size, and a Block's loop over its tiles is where loads of the next
+tile overlap work on this one. The loop that streams data is unrolled by two with a second set of
+tiles (ping-pong): the tile loop for plain programs, the sequential loop for two-level reductions
+and matmul K (whose per-tile state — accumulators, L0C — is single). The second copy runs under
+``if`` for an odd count. Setup ops (loop invariant) run once per core, before the loop.
+
+Memory regions for the planner: setup tiles, then one region per copy of the per-tile and the
+per-step tiles; copies never share bytes, so the two sets really overlap in time.
+"""
+from __future__ import annotations
+
+import sympy
+
+from .. import symbolic as sym
+from ..ir.block import (BLOCK_IDX, BLOCK_NUM, Block, CoreType, For, GMParam, GMRegion, If, Kernel, TileDecl,
+                        instr)
+from ..ir.tile_graph import GMTile, TileProgram
+
+
+def _sx(v, m):
+    if isinstance(v, sympy.Basic) and m:
+        r = v.xreplace(m)
+        return sym.simplify(r) if r.is_Integer else r
+    return v
+
+
+class _Copy:
+    """One copy of a phase's ops: index substitution and tile renaming."""
+
+    def __init__(self, subs: dict, rename: dict):
+        self.subs, self.rename = subs, rename
+
+
+def _linear_indices(axes, t):
+    """Tile index of each parallel axis from the linear tile number ``t`` (last axis fastest)."""
+    out, stride = {}, 1
+    counts = [a.count for a in axes]
+    for k in reversed(range(len(axes))):
+        c = counts[k]
+        if isinstance(c, int) and c == 1:
+            out[axes[k].index] = 0
+            continue
+        q = t if stride == 1 else sympy.floor(t / stride)
+        out[axes[k].index] = q if k == 0 else sympy.Mod(q, c)
+        stride = stride * c
+    return out
+
+
+def _total(axes):
+    n = 1
+    for a in axes:
+        n = n * a.count
+    return sym.simplify(n) if not isinstance(n, int) else n
+
+
+def lower_program(p: TileProgram, machine, core: CoreType = CoreType.AIV):
+    """-> (Kernel, block_dim expr, regions {tile: region}) for one tile program."""
+    par = p.parallel_axes()
+    seq = p.sequential_axis()
+    cores = machine.num_aiv if core == CoreType.AIV else machine.num_aic
+    n_par = _total(par)
+    block_dim = sympy.Max(1, sympy.Min(n_par, cores)) if not isinstance(n_par, int) else max(1, min(n_par, cores))
+    one_each = isinstance(n_par, int) and n_par <= cores
+    pingpong_outer = seq is None and not one_each
+    pingpong_inner = seq is not None and not (isinstance(seq.count, int) and seq.count == 1)
+
+    tiles, regions = {}, {}
+    by_phase = {"setup": [], "pre": [], "step": [], "post": []}
+    for op in p.ops:
+        by_phase[op.phase].append(op)
+
+    def declare(copy: _Copy, region_of):
+        for tv in p.tiles.values():
+            if tv.phase != "setup":
+                continue
+            name = copy.rename.get(tv.name, tv.name)
+            if name in tiles:
+                continue
+            valid = tuple(_sx(v, copy.subs) for v in tv.valid)
+            decl_valid = None if tuple(valid) == tuple(tv.shape) else valid
+            tiles[name] = TileDecl(name, tv.space, tv.dtype, tuple(tv.shape), None, decl_valid)
+            regions[name] = region_of(tv)
+
+    def emit_ops(ops, copy: _Copy):
+        out = []
+        for op in ops:
+            operands = []
+            for o in op.operands:
+                if isinstance(o, str):
+                    operands.append(copy.rename.get(o, o))
+                elif isinstance(o, GMTile):
+                    operands.append(GMRegion(o.param, tuple(_sx(x, copy.subs) for x in o.offsets)))
+                else:
+                    operands.append(_sx(o, copy.subs))
+            ins = instr(op.op, operands, tiles, op.attrs, op.loc)
+            if op.guard is not None:
+                cond = op.guard.xreplace(copy.subs) if copy.subs else op.guard
+                if cond is sympy.false:
+                    continue
+                out.append(ins if cond is sympy.true else If(cond, [ins]))
+            else:
+                out.append(ins)
+        return out
+
+    phase_of = {tv.name: tv.phase for tv in p.tiles.values()}
+
+    def rename_for(phases, suffix):
+        return {n: f"{n}_{suffix}" for n, ph in phase_of.items() if ph in phases}
+
+    # setup: once per core
+    setup_copy = _Copy({a.index: 0 for a in p.axes if isinstance(a.count, int) and a.count == 1}, {})
+    declare(setup_copy, lambda tv: "setup")
+    body = []
+    # the per-tile body for a linear tile number expression
+    t_var = sympy.Symbol("t", integer=True, nonnegative=True)
+
+    def tile_body(t_expr, outer_suffix):
+        subs = _linear_indices(par, t_expr)
+        ren = rename_for(("pre", "post"), outer_suffix) if outer_suffix is not None else {}
+        copy = _Copy(subs, ren)
+        stmts = []
+        # declare per-tile tiles of this copy (step tiles are declared per inner copy)
+        for tv in p.tiles.values():
+            if tv.phase in ("pre", "post"):
+                name = ren.get(tv.name, tv.name)
+                if name not in tiles:
+                    valid = tuple(_sx(v, subs) for v in tv.valid)
+                    tiles[name] = TileDecl(name, tv.space, tv.dtype, tuple(tv.shape), None,
+                                           None if valid == tuple(tv.shape) else valid)
+                    regions[name] = f"outer{outer_suffix}" if outer_suffix is not None else "outer"
+        stmts += emit_ops(by_phase["pre"], copy)
+        if seq is not None:
+            k_var = sympy.Symbol("k", integer=True, nonnegative=True)
+
+            def step_copy(k_expr, j):
+                sub2 = dict(subs)
+                sub2[seq.index] = k_expr
+                ren2 = dict(ren)
+                if pingpong_inner:
+                    ren2.update(rename_for(("step",), f"s{j}"))
+                c2 = _Copy(sub2, ren2)
+                for tv in p.tiles.values():
+                    if tv.phase == "step":
+                        name = ren2.get(tv.name, tv.name)
+                        if name not in tiles:
+                            valid = tuple(_sx(v, sub2) for v in tv.valid)
+                            tiles[name] = TileDecl(name, tv.space, tv.dtype, tuple(tv.shape), None,
+                                                   None if valid == tuple(tv.shape) else valid)
+                            regions[name] = f"inner{j}"
+                return emit_ops(by_phase["step"], c2)
+            nk = seq.count
+            if pingpong_inner:
+                second = step_copy(k_var + 1, 1)
+                loop_body = step_copy(k_var, 0) + [If(sympy.Lt(k_var + 1, nk), second)]
+                stmts.append(For(k_var, 0, nk, 2, loop_body, {"pipeline": 2}))
+            else:
+                stmts.append(For(k_var, 0, nk, 1, step_copy(k_var, 0)))
+        stmts += emit_ops(by_phase["post"], copy)
+        return stmts
+
+    if one_each:
+        loop = tile_body(BLOCK_IDX if n_par != 1 else sympy.Integer(0), None)
+    elif pingpong_outer:
+        second = tile_body(t_var + BLOCK_NUM, 1)
+        first = tile_body(t_var, 0)
+        loop = [For(t_var, BLOCK_IDX, n_par, 2 * BLOCK_NUM, first + [If(sympy.Lt(t_var + BLOCK_NUM, n_par), second)],
+                    {"pipeline": 2})]
+    else:
+        loop = [For(t_var, BLOCK_IDX, n_par, BLOCK_NUM, tile_body(t_var, None))]
+    body = emit_ops(by_phase["setup"], setup_copy) + loop
+    gm = [GMParam(q.name, q.dtype, tuple(q.shape)) for q in p.params]
+    block = Block(p.name, core, gm, [], list(tiles.values()), body, p.loc)
+    return Kernel(p.name, [block], p.loc), block_dim, regions
