@@ -32,8 +32,11 @@ class ExprPrinter:
         return f"static_cast<float>({self._real(e)})"
 
     def cond(self, e) -> str:
-        """A bool expression (If conditions)."""
-        return self._cond(_sympify(e))
+        """A bool expression (If conditions), without outer parentheses."""
+        text = self._cond(_sympify(e))
+        if text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]):
+            text = text[1:-1]
+        return text
 
     # ------------------------------------------------------------------ integers
     # Precedence of what a printer returns: 0 a sum, 1 a product or negation, 2 an atom.
@@ -156,6 +159,16 @@ class ExprPrinter:
             else:
                 out = f"{self._cond(cond)} ? {sub(value, True)} : {out}"
         return f"({out})"
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 def _sympify(e):

@@ -9,6 +9,7 @@ The report carries wall time (cycles and roofline stay None: only ``sim`` models
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 
@@ -28,7 +29,8 @@ from .library import KernelLibrary
 
 __all__ = ["run", "run_kernel", "build", "CpuKernelError", "FlagWarning", "STATS", "INCLUDE_DIR"]
 
-_LOADED: dict[str, KernelLibrary] = {}
+_LOADED: dict[str, KernelLibrary] = {}                  # build key -> loaded library
+_BY_SOURCE: dict[str, tuple[KernelLibrary, str]] = {}    # kernel source digest -> (library, kernel name)
 
 
 def _machine(machine) -> MachineSpec:
@@ -39,17 +41,38 @@ def _machine(machine) -> MachineSpec:
     return load_machine(machine)
 
 
-def build(kernels, machine=None) -> tuple[KernelLibrary, compiler.BuildResult]:
-    """Generate, compile (or find in the cache) and load the library of ``kernels`` (list or dict)."""
+class KernelSet:
+    """Where each kernel of a program was compiled: kernel name -> (library, its name there)."""
+
+    def __init__(self, entries: dict[str, tuple[KernelLibrary, str]]):
+        self.entries = entries
+        self.abis = {name: lib.abis[inner] for name, (lib, inner) in entries.items()}
+
+    def launch(self, kernel: str, *args, **kwargs):
+        lib, inner = self.entries[kernel]
+        lib.launch(inner, *args, **kwargs)
+
+
+def build(kernels, machine=None) -> tuple[KernelSet, compiler.BuildResult | None]:
+    """Generate the kernels' sources and find each compiled in an already loaded library, or compile
+    them all into one (cached on disk by content). ``kernels``: a list or a dict name -> Kernel.
+    Returns the kernel set and the build result (None when everything was already loaded)."""
     spec = _machine(machine)
-    module = generate_module(kernels, spec)
+    by_name = kernels if isinstance(kernels, dict) else {k.name: k for k in kernels}
+    module = generate_module(list(by_name.values()), spec)
+    digests = {name: hashlib.sha256(module.files[f"kernels/{abi.ident}.cpp"].encode()).hexdigest()
+               for name, abi in module.abis.items()}
+    if all(d in _BY_SOURCE for d in digests.values()):
+        STATS.cache_hits += 1
+        return KernelSet({n: _BY_SOURCE[d] for n, d in digests.items()}), None
     result = compiler.build(module.files)
     lib = _LOADED.get(result.key)
     if lib is None:
-        by_name = kernels if isinstance(kernels, dict) else {k.name: k for k in kernels}
         lib = KernelLibrary(result.library, module.abis, by_name)
         _LOADED[result.key] = lib
-    return lib, result
+    for name, d in digests.items():
+        _BY_SOURCE[d] = (lib, name)
+    return KernelSet({n: (lib, n) for n in digests}), result
 
 
 def _threads(threads) -> int:
@@ -68,33 +91,36 @@ def run(graph: ExecutionGraph, args: dict, env: dict, *, machine=None, threads=N
     nthreads = _threads(threads)
     args = dict(args or {})
     wall0 = time.perf_counter()
-    lib, built = build(graph.kernels, spec)
+    kernels, built = build(graph.kernels, spec)
     build_s = time.perf_counter() - wall0
     env = bind_env(graph, args, env)
     buffers = Buffers(graph, args, env)
-    instances = expand(graph, env, buffers, lib.abis)
+    instances = expand(graph, env, buffers, kernels.abis)
 
     def launch(inst, n):
         gm = {p: buffers.tensors[b] for p, b in inst.task.gm_args.items()}
-        lib.launch(inst.task.kernel, gm, inst.ints, inst.reals, inst.block_dim, n, spec)
+        kernels.launch(inst.task.kernel, gm, inst.ints, inst.reals, inst.block_dim, n, spec)
 
-    torch_threads = torch.get_num_threads()
     t0 = time.perf_counter()
-    try:
-        execute(instances, launch, nthreads)
-    finally:
-        torch.set_num_threads(torch_threads)
+    execute(instances, launch, nthreads)
     run_s = time.perf_counter() - t0
     for user, ours in buffers.copy_back:
         user.copy_(ours)
     outputs = {name: args[name] if name in args else buffers.tensors[name] for name in graph.outputs}
     report = Report(backend="cpu", machine=spec.name, tasks=len(instances),
                     blocks=sum(i.block_dim for i in instances), wall_s=run_s,
-                    notes=[f"build: {'cache hit' if built.cached else f'g++ {built.build_s:.2f} s'} "
-                           f"({built.library.parent.name})",
+                    notes=[_build_note(built),
                            f"setup {build_s * 1e3:.1f} ms, run {run_s * 1e3:.2f} ms on {nthreads} thread(s)"])
     set_last_report(report)
     return outputs, report
+
+
+def _build_note(built) -> str:
+    if built is None:
+        return "build: already loaded"
+    if built.cached:
+        return f"build: disk cache hit ({built.library.parent.name})"
+    return f"build: g++ {built.build_s:.2f} s ({built.library.parent.name})"
 
 
 def run_kernel(kernel: Kernel, args: dict, scalars: dict | None = None, block_dim: int = 1, **options):

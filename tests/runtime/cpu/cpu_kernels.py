@@ -246,3 +246,129 @@ def ref_matmul(a, b):
 def tolerance(dtype):
     """(rtol, atol) per dtype: fp32 accumulation order differs from torch's; fp16/bf16 round once."""
     return {dtypes.float32: (1e-5, 1e-5), dtypes.float16: (1e-3, 1e-3), dtypes.bfloat16: (8e-3, 8e-3)}[dtype]
+
+
+# ---------------------------------------------------------------- every instruction, once
+# (op, tile sources, destination kind, scalar, attrs). Sources: a, b (any values), p (positive),
+# nz (nonzero), m (a bool mask), at (a's transposed box). Destinations: same (dtype, valid
+# [vr, vc]), row ([vr, 1]), col ([1, vc]), bool ([vr, vc] bool), idx_row / idx_col (int32).
+FLOAT_OPS = [
+    ("TADD", "ab", "same", None, {}), ("TSUB", "ab", "same", None, {}), ("TMUL", "ab", "same", None, {}),
+    ("TDIV", "a,nz", "same", None, {}), ("TMAX", "ab", "same", None, {}), ("TMIN", "ab", "same", None, {}),
+    ("TPOW", "p,b", "same", None, {}), ("TREM", "a,nz", "same", None, {}),
+    ("TADDS", "a", "same", 0.75, {}), ("TSUBS", "a", "same", 0.75, {}), ("TMULS", "a", "same", -1.25, {}),
+    ("TDIVS", "a", "same", 3.0, {}), ("TMAXS", "a", "same", 0.1, {}), ("TMINS", "a", "same", 0.1, {}),
+    ("TRSUBS", "a", "same", 0.75, {}), ("TRDIVS", "nz", "same", 3.0, {}), ("TPOWS", "p", "same", 1.5, {}),
+    ("TRPOWS", "a", "same", 1.5, {}),
+    ("TABS", "a", "same", None, {}), ("TNEG", "a", "same", None, {}), ("TRELU", "a", "same", None, {}),
+    ("TMOV_V", "a", "same", None, {}), ("TEXP", "a", "same", None, {}), ("TLOG", "p", "same", None, {}),
+    ("TSQRT", "p", "same", None, {}), ("TRSQRT", "p", "same", None, {}), ("TRECIP", "nz", "same", None, {}),
+    ("TSIN", "a", "same", None, {}), ("TCOS", "a", "same", None, {}), ("TTANH", "a", "same", None, {}),
+    ("TSIGMOID", "a", "same", None, {}), ("TERF", "a", "same", None, {}), ("TLOG1P", "p", "same", None, {}),
+    ("TEXPM1", "a", "same", None, {}), ("TFLOOR", "a", "same", None, {}), ("TCEIL", "a", "same", None, {}),
+    ("TROUND", "a", "same", None, {}), ("TSIGN", "a", "same", None, {}),
+    ("TROWEXPANDADD", "ab", "same", None, {}), ("TROWEXPANDSUB", "ab", "same", None, {}),
+    ("TROWEXPANDMUL", "ab", "same", None, {}), ("TROWEXPANDDIV", "a,nz", "same", None, {}),
+    ("TROWEXPANDMAX", "ab", "same", None, {}), ("TROWEXPANDMIN", "ab", "same", None, {}),
+    ("TCOLEXPANDADD", "ab", "same", None, {}), ("TCOLEXPANDSUB", "ab", "same", None, {}),
+    ("TCOLEXPANDMUL", "ab", "same", None, {}), ("TCOLEXPANDDIV", "a,nz", "same", None, {}),
+    ("TCOLEXPANDMAX", "ab", "same", None, {}), ("TCOLEXPANDMIN", "ab", "same", None, {}),
+    ("TROWEXPAND", "a", "same", None, {}), ("TCOLEXPAND", "a", "same", None, {}),
+    ("TEXPANDS", "", "same", 2.5, {}), ("TARANGE", "", "same", 3.0, {}), ("TARANGE", "", "same", -2.0, {"axis": 0}),
+    ("TTRIL", "", "same", 1, {}), ("TTRIU", "", "same", -2, {}),
+    ("TSEL", "m,a,b", "same", None, {}), ("TTRANS", "at", "same", None, {}),
+    ("TROWCUMSUM", "a", "same", None, {}), ("TCOLCUMSUM", "a", "same", None, {}),
+    ("TROWSUM", "a", "row", None, {}), ("TROWMAX", "a", "row", None, {}), ("TROWMIN", "a", "row", None, {}),
+    ("TROWPROD", "p", "row", None, {}),
+    ("TCOLSUM", "a", "col", None, {}), ("TCOLMAX", "a", "col", None, {}), ("TCOLMIN", "a", "col", None, {}),
+    ("TCOLPROD", "p", "col", None, {}),
+    ("TCMP", "ab", "bool", None, {"cmp": "lt"}), ("TCMP", "ab", "bool", None, {"cmp": "ge"}),
+    ("TCMPS", "a", "bool", 0.25, {"cmp": "gt"}), ("TCMPS", "a", "bool", 0.25, {"cmp": "ne"}),
+    ("TISFINITE", "a", "bool", None, {}),
+    ("TROWARGMAX", "a", "idx_row", None, {}), ("TCOLARGMAX", "a", "idx_col", None, {}),
+]
+
+INT_OPS = [
+    ("TADD", "ab", "same", None, {}), ("TSUB", "ab", "same", None, {}), ("TMUL", "ab", "same", None, {}),
+    ("TDIV", "a,nz", "same", None, {}), ("TMAX", "ab", "same", None, {}), ("TMIN", "ab", "same", None, {}),
+    ("TREM", "a,nz", "same", None, {}), ("TAND", "ab", "same", None, {}), ("TOR", "ab", "same", None, {}),
+    ("TNOT", "a", "same", None, {}), ("TABS", "a", "same", None, {}), ("TNEG", "a", "same", None, {}),
+    ("TADDS", "a", "same", 7, {}), ("TMULS", "a", "same", -3, {}), ("TMAXS", "a", "same", 2, {}),
+    ("TDIVS", "a", "same", 4, {}), ("TEXPANDS", "", "same", 5, {}), ("TSEL", "m,a,b", "same", None, {}),
+    ("TROWCUMSUM", "a", "same", None, {}), ("TROWEXPANDADD", "ab", "same", None, {}),
+    ("TROWSUM", "a", "row", None, {}), ("TCOLMAX", "a", "col", None, {}),
+    ("TCMP", "ab", "bool", None, {"cmp": "eq"}), ("TCMPS", "a", "bool", 0, {"cmp": "le"}),
+]
+
+OP_TILE = 32
+OP_VALID = (13, 29)
+_OUTPUTS = {"same": "out", "row": "out_row", "col": "out_col", "bool": "out_bool", "idx_row": "out_idx",
+            "idx_col": "out_idx"}
+
+
+def op_table(dtype):
+    return INT_OPS if dtype == dtypes.int32 else FLOAT_OPS
+
+
+def _sources(spec):
+    """'ab' -> [a, b]; 'a,nz' -> [a, nz]; a single multi-letter name stays whole."""
+    if "," in spec:
+        return spec.split(",")
+    return [spec] if spec in ("nz", "at") else list(spec)
+
+
+def every_op(dtype) -> tuple[Kernel, dict]:
+    """One AIV kernel that applies every op of the table to small tiles with tail valid shapes and stores
+    each result into its own slice of an output; returns the kernel and {output: number of slices}."""
+    b = Builder()
+    S = OP_TILE
+    vr, vc = OP_VALID
+    for name in ("a", "b", "p", "nz"):
+        b.tile(name, UB, dtype, (S, S), (vr, vc))
+    b.tile("m", UB, dtypes.bool_, (S, S), (vr, vc))
+    b.tile("at", UB, dtype, (S, S), (vc, vr))
+    b.tile("d", UB, dtype, (S, S), (vr, vc))
+    b.tile("drow", UB, dtype, (S, S), (vr, 1))
+    b.tile("dcol", UB, dtype, (S, S), (1, vc))
+    b.tile("dbool", UB, dtypes.bool_, (S, S), (vr, vc))
+    b.tile("irow", UB, dtypes.int32, (S, S), (vr, 1))
+    b.tile("icol", UB, dtypes.int32, (S, S), (1, vc))
+    dst_of = {"same": "d", "row": "drow", "col": "dcol", "bool": "dbool", "idx_row": "irow", "idx_col": "icol"}
+    body = [b("TLOAD", n, GMRegion(n if n != "at" else "a", (0, 0)), line=60, **({"trans": True} if n == "at" else {}))
+            for n in ("a", "b", "p", "nz", "m", "at")]
+    body += [SetFlag(Pipe.MTE2, Pipe.V, 0), WaitFlag(Pipe.MTE2, Pipe.V, 0)]
+    count = {}
+    for op, srcs, kind, scalar, attrs in op_table(dtype):
+        dst = dst_of[kind]
+        operands = [dst] + _sources(srcs) + ([scalar] if scalar is not None else [])
+        out = _OUTPUTS[kind]
+        k = count.get(out, 0)
+        count[out] = k + 1
+        body += [b(op, *operands, line=61, **attrs),
+                 SetFlag(Pipe.V, Pipe.MTE3, 0), WaitFlag(Pipe.V, Pipe.MTE3, 0),
+                 b("TSTORE", GMRegion(out, (k, 0, 0)), dst, line=62),
+                 SetFlag(Pipe.MTE3, Pipe.V, 0), WaitFlag(Pipe.MTE3, Pipe.V, 0)]
+    gm = [GMParam(n, dtype, (S, S)) for n in ("a", "b", "p", "nz")] + [GMParam("m", dtypes.bool_, (S, S))]
+    out_dtype = {"out": dtype, "out_row": dtype, "out_col": dtype, "out_bool": dtypes.bool_, "out_idx": dtypes.int32}
+    gm += [GMParam(o, out_dtype[o], (n, S, S)) for o, n in count.items()]
+    blk = Block("every_op", CoreType.AIV, gm, [], list(b.tiles.values()), body)
+    return Kernel(f"every_op_{dtype.name}", [blk], loc=loc(59, "every_op")), count
+
+
+def every_op_inputs(dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    S = OP_TILE
+    if dtype == dtypes.int32:
+        a = torch.randint(-50, 50, (S, S), generator=g, dtype=torch.int32)
+        b = torch.randint(-50, 50, (S, S), generator=g, dtype=torch.int32)
+        p = torch.randint(1, 50, (S, S), generator=g, dtype=torch.int32)
+        nz = p * torch.where(torch.rand(S, S, generator=g) < 0.5, -1, 1).to(torch.int32)
+    else:
+        t = dtype.torch_dtype
+        a = (torch.randn(S, S, generator=g) * 2).to(t)
+        b = (torch.randn(S, S, generator=g) * 2).to(t)
+        p = (torch.rand(S, S, generator=g) * 3 + 0.1).to(t)
+        nz = (p * torch.where(torch.rand(S, S, generator=g) < 0.5, -1.0, 1.0)).to(t)
+        a[0, :4] = torch.tensor([0.5, 1.5, -2.5, 0.0]).to(t)     # rounding ties and a zero
+    m = torch.rand(S, S, generator=g) < 0.5
+    return {"a": a, "b": b, "p": p, "nz": nz, "m": m}

@@ -326,11 +326,11 @@ inline void TCOLARGMAX(TD& dst, TS& src)
             rows ? detail::arg_extreme<true>(src.data() + c, rows, TS::Cols) : 0);
 }
 
-// Inclusive prefix sums along each row / down each column, accumulated in fp32 (int64).
+// Inclusive prefix sums along each row / down each column, accumulated in fp64 (int64), as torch does.
 template <class TD, class TS>
 inline void TROWCUMSUM(TD& dst, TS& src)
 {
-    using C = detail::calc<typename TS::DType>;
+    using C = std::conditional_t<detail::float_like<typename TS::DType>, double, int64_t>;
     const size_t rows = dst.GetValidRow(), cols = dst.GetValidCol();
     for (size_t r = 0; r < rows; ++r) {
         C acc = 0;
@@ -344,7 +344,7 @@ inline void TROWCUMSUM(TD& dst, TS& src)
 template <class TD, class TS>
 inline void TCOLCUMSUM(TD& dst, TS& src)
 {
-    using C = detail::calc<typename TS::DType>;
+    using C = std::conditional_t<detail::float_like<typename TS::DType>, double, int64_t>;
     const size_t rows = dst.GetValidRow(), cols = dst.GetValidCol();
     std::vector<C> acc(cols, C(0));
     for (size_t r = 0; r < rows; ++r)

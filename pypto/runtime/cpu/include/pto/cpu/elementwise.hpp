@@ -137,10 +137,8 @@ struct Div {
     {
         if constexpr (std::is_floating_point_v<C>) {
             return a / b;
-        } else {  // integer division rounds toward minus infinity, as Python's //
-            if (b == 0) return 0;
-            const C q = a / b;
-            return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+        } else {  // integer tiles: the quotient truncated toward zero (true division, then the store)
+            return b == 0 ? C(0) : a / b;
         }
     }
 };

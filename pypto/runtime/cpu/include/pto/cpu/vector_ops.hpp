@@ -115,6 +115,7 @@ inline D convert(S v, RoundMode mode)
                 f = std::ceil(f);
                 break;
             case RoundMode::CAST_TRUNC:
+            case RoundMode::CAST_NONE:
                 f = std::trunc(f);
                 break;
             default:
