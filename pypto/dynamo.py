@@ -217,7 +217,7 @@ class PyptoPartition(torch.nn.Module):
         conv = self.conv
         env = conv.bind(args)
         lowered = self.compiled.backend != "reference"
-        inputs = [args[i].detach() for i in conv.tensor_args]
+        inputs = [args[i].detach().to(dt) for i, dt in zip(conv.tensor_args, conv.in_dtypes)]
         if lowered:
             inputs = [t.contiguous() for t in inputs]
         outs, self.last_report = self.compiled.run(inputs, env)
@@ -234,4 +234,5 @@ class PyptoPartition(torch.nn.Module):
             if v.numel():
                 taken.add(v.untyped_storage().data_ptr())
             results.append(v)
+        results = [v.to(dt) for v, dt in zip(results, conv.result_dtypes)]
         return tuple(results) if conv.returns_tuple else results[0]

@@ -75,10 +75,19 @@ def shape_of(t) -> tuple:
 
 
 def dtype_of(t) -> dtypes.DataType:
+    if is_f64_scalar(t):
+        return dtypes.float32
     try:
         return dtypes.from_torch(t.dtype)
     except pypto.PyptoError as e:
         raise ConversionError(e.message) from None
+
+
+def is_f64_scalar(t) -> bool:
+    """A 0-d float64 tensor: how dynamo passes a Python float it does not specialise (a module's eps
+    under dynamic=True). pypto has no float64: such a value enters a partition rounded to float32, and
+    only the conversions that round it to float32 anyway may take it (F64_SCALAR_OPS)."""
+    return isinstance(t, torch.Tensor) and t.dtype == torch.float64 and t.dim() == 0
 
 
 # ============================================================================ rules
@@ -179,6 +188,14 @@ def _div_mode(cx, input, other, rounding_mode=None):
     if rounding_mode == "floor":
         q = fn("floor")(q)
     return cx.cast(q)
+
+
+def _isnan(cx, input):
+    return fn("ne")(input, input)
+
+
+def _isinf(cx, input):
+    return fn("logical_and")(fn("logical_not")(fn("isfinite")(input)), fn("eq")(input, input))
 
 
 def _where(cx, condition, input, other):
@@ -350,6 +367,38 @@ def _permute(cx, input, dims):
     return fn("permute")(input, *dims)
 
 
+def _arg_reduce(name):
+    return Rule(lambda cx, input, dim=None, keepdim=False: fn(name)(input, dim, keepdim), needs=(name,))
+
+
+def _minmax_dim(reduce, arg):
+    """max.dim / min.dim -> (values, indices); indices are built only when used."""
+    def convert(cx, input, dim, keepdim=False):
+        return Lazy([lambda: fn(reduce)(input, dim, keepdim), lambda: fn(arg)(input, dim, keepdim)])
+    return Rule(convert, needs=(reduce, arg))
+
+
+def _cumsum(cx, input, dim, dtype=None):
+    return fn("cumsum")(input, dim, dtype=cx.out_dtype if dtype is not None else None)
+
+
+def _index_select(cx, input, dim, index):
+    return fn("index_select")(input, dim, index)
+
+
+def _gather(cx, input, dim, index, sparse_grad=False):
+    return fn("gather")(input, dim, index)
+
+
+def _embedding(cx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    rows = fn("index_select")(weight, 0, api.reshape(indices, [-1]))
+    return api.reshape(rows, cx.out_shape)
+
+
+def _pad(cx, input, pad, value=0):
+    return fn("pad")(input, list(pad), value=value)
+
+
 def _softmax(name):
     def convert(cx, input, dim, half_to_float=False):
         return fn(name)(input, dim)
@@ -410,10 +459,12 @@ RULES[aten.div.Tensor_mode] = Rule(_div_mode, needs=("div", "floor"),
                                    accepts=lambda a: None if a.get("rounding_mode") in (None, "floor")
                                    else f"rounding_mode {a.get('rounding_mode')!r}")
 RULES[aten.where.self] = Rule(_where, needs=("where",))
+RULES[aten.isnan.default] = Rule(_isnan, needs=("ne",))
+RULES[aten.isinf.default] = Rule(_isinf, needs=("logical_and", "logical_not", "isfinite", "eq"))
 RULES[aten.clamp.default] = Rule(_clamp, needs=("clip",), accepts=_numbers_only("min", "max"))
 RULES[aten.gelu.default] = Rule(_gelu, needs=("gelu",))
 RULES[aten._to_copy.default] = Rule(_to_copy, accepts=CPU_ONLY, compute=False)
-RULES[prims.convert_element_type.default] = Rule(_to_copy, compute=False)
+RULES[prims.convert_element_type.default] = Rule(lambda cx, a, dtype: api.cast(a, cx.out_dtype), compute=False)
 for _op in (aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default, aten.detach.default):
     RULES[_op] = Rule(_identity, compute=False)
 RULES[aten.full.default] = Rule(_full, accepts=_full_accepts, compute=False)
@@ -440,10 +491,20 @@ RULES[aten.var.correction] = Rule(_var, needs=("var",), accepts=_numbers_only("c
 RULES[aten.mm.default] = Rule(_mm, needs=("matmul",))
 RULES[aten.bmm.default] = Rule(_mm, needs=("matmul",))
 RULES[aten.addmm.default] = Rule(_addmm, needs=("matmul", "mul", "add"), accepts=_numbers_only("beta", "alpha"))
+for _n in ("argmax", "argmin"):
+    RULES[getattr(aten, _n).default] = _arg_reduce(_n)
+RULES[aten.max.dim] = _minmax_dim("amax", "argmax")
+RULES[aten.min.dim] = _minmax_dim("amin", "argmin")
+RULES[aten.cumsum.default] = Rule(_cumsum, needs=("cumsum",))
+RULES[aten.index_select.default] = Rule(_index_select, needs=("index_select",), compute=False)
+RULES[aten.gather.default] = Rule(_gather, needs=("gather",), compute=False)
+RULES[aten.embedding.default] = Rule(_embedding, needs=("index_select",), compute=False)
+RULES[aten.constant_pad_nd.default] = Rule(_pad, needs=("pad",), accepts=_numbers_only("value"), compute=False)
 RULES[aten._softmax.default] = _softmax("softmax")
 RULES[aten._log_softmax.default] = _softmax("log_softmax")
 RULES[aten.native_layer_norm.default] = Rule(_layer_norm, needs=("layer_norm", "mean", "sub", "mul", "add",
                                                                   "rsqrt"))
+F64_SCALAR_OPS = (aten._to_copy.default, prims.convert_element_type.default)
 # ops torch can decompose for us when pypto lacks them (see dynamo.decompositions)
 DECOMPOSABLE = (aten._softmax.default, aten._log_softmax.default, aten.native_layer_norm.default,
                 aten.addmm.default, aten.var.correction)
@@ -493,6 +554,8 @@ def unsupported_reason(node: torch.fx.Node) -> str | None:
         for t in _tensor_vals(v):
             if t.device.type != "cpu":
                 return f"tensor on {t.device}"
+            if is_f64_scalar(t) and node.target in F64_SCALAR_OPS:
+                continue
             if t.layout != torch.strided or t.dtype not in dtypes._BY_TORCH:
                 return f"{t.dtype}/{t.layout} tensor"
     if rule.accepts is not None:
@@ -520,7 +583,8 @@ class Converted:
     out_shapes: list[tuple]                         # expected shape of every graph output (pypto sizes)
     out_dtypes: list[dtypes.DataType]
     returns_tuple: bool
-    unsupported: list[str] = field(default_factory=list)
+    in_dtypes: list[torch.dtype] = field(default_factory=list)      # per graph input (f64 scalars: f32)
+    result_dtypes: list[torch.dtype] = field(default_factory=list)  # per FX output, as torch has it
 
     def bind(self, args) -> dict:
         env = {}
@@ -639,7 +703,8 @@ def convert(gm: torch.fx.GraphModule, name: str) -> Converted:
         raise ConversionError(f"sizes {sorted(free - bound)} cannot be bound from the partition's inputs")
     infos = [graph.info(o.node) for o in graph.outputs]
     return Converted(graph, tensor_args, binders, plan["outputs"], [i.shape for i in infos],
-                     [i.dtype for i in infos], returns_tuple)
+                     [i.dtype for i in infos], returns_tuple, [s.dtype.torch_dtype for s in specs],
+                     [r.meta["val"].dtype for r in returned])
 
 
 def _attr_sizes(attrs: dict) -> list:

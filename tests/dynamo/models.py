@@ -91,3 +91,19 @@ class WithUnsupportedOp(nn.Module):
 
 MODELS = {"mlp": MLP, "rmsnorm_swiglu": RMSNormSwiGLU, "causal_attention": CausalAttention,
           "transformer_layer": TransformerLayer}
+
+
+class IndexingAndScans(nn.Module):
+    """Embedding, max over a dim (values and indices), cumsum, pad, gather, argmax, isnan/isinf."""
+
+    def __init__(self, vocab=10, d=8):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+
+    def forward(self, ids, x):
+        e = self.emb(ids)
+        values, indices = e.max(-1)
+        padded = F.pad(torch.cumsum(e, dim=1), (1, 2), value=0.5)
+        picked = torch.gather(x, 1, ids % x.shape[1])
+        flags = (x.isnan() | x.isinf()).float()
+        return values + indices.float() + padded.sum(-1) + picked + x.argmax(-1, keepdim=True).float() + flags

@@ -99,3 +99,33 @@ def test_mlp_bf16_training_step(backend):
     compiled(x).float().square().sum().backward()
     for p, q in zip(model.parameters(), twin.parameters()):
         torch.testing.assert_close(q.grad.float(), p.grad.float(), rtol=2e-2, atol=2e-2 * _scale(p.grad))
+
+
+def test_indexing_and_scans_dynamic(backend):
+    from models import IndexingAndScans
+    torch.manual_seed(0)
+    model = IndexingAndScans().eval()
+    compiled = _compile(model, backend, dynamic=True)
+    with torch.no_grad():
+        for t in (4, 9):
+            ids, x = torch.randint(0, 10, (2, t)), torch.randn(2, t)
+            x[0, 1], x[1, 2] = float("nan"), float("-inf")
+            torch.testing.assert_close(compiled(ids, x), model(ids, x), equal_nan=True)
+    assert pd.counters["graphs"] == 1 and pd.counters["partitions"] == 1 and pd.counters["eager_ops"] == 0
+
+
+def test_dynamic_training_keeps_float_attributes_in_pypto(backend):
+    """Under dynamic=True dynamo passes a module's float attribute (RMSNorm eps) as a 0-d float64
+    input; it must not split the graph, and gradients must match."""
+    torch.manual_seed(0)
+    model = MODELS["rmsnorm_swiglu"]()
+    twin = copy.deepcopy(model)
+    compiled = _compile(twin, backend, dynamic=True)
+    for t in (3, 6):
+        x = torch.randn(2, t, 16)
+        model(x).sum().backward()
+        compiled(x).sum().backward()
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-4)
+    assert pd.counters["graphs"] == 2 and pd.counters["partitions"] == 2      # one forward, one backward
+    assert pd.counters["eager_ops"] == 0 and pd.counters["fallbacks"] == 0
