@@ -100,49 +100,41 @@ class CoreRun:
 
     # ------------------------------------------------------------------ the scalar unit
     def step(self, budget: int) -> int:
-        """Issue up to ``budget`` statements; returns how many were issued."""
+        """Issue up to ``budget`` statements (stopping early when the scalar unit stalls); returns how many."""
         n = 0
-        pending, instr, feed, sc = self.pending, self.instr, self.feed, self.scalar_cycles
-        for cop, vals in self.walker:
-            n += 1
-            if cop.kind == INSTR and pending[cop.pipe] is None:      # the common case, inline
-                self.issue += sc
-                instr(cop, vals, self.issue)
-                if n >= budget:
-                    return n
-                continue
-            feed(cop, vals)
-            if n >= budget or self.stalled is not None:
-                return n
-        self.finished = True
-        return n
-
-    def run_alone(self):
         pending, instr, feed, sc = self.pending, self.instr, self.feed, self.scalar_cycles
         set_flag, try_wait = self.set_flag, self.try_wait
         for cop, vals in self.walker:
+            n += 1
             kind = cop.kind
             if pending[cop.pipe] is None:                  # the common cases, inline
                 if kind == INSTR:
                     self.issue += sc
                     instr(cop, vals, self.issue)
-                    continue
-                if kind == SET:
+                elif kind == SET:
                     self.issue += sc
                     set_flag(cop, self.issue)
-                    continue
-                if kind == WAIT:
+                elif kind == WAIT:
                     self.issue += sc
                     if not try_wait(cop, self.issue):
                         pending[cop.pipe] = deque([(cop, vals, self.issue)])
                         self.npending += 1
-                    continue
-            feed(cop, vals)
-            if self.stalled is not None:
-                self.unit.deadlock([self])
+                else:
+                    feed(cop, vals)
+                    if self.stalled is not None:
+                        return n
+            else:
+                feed(cop, vals)
+                if self.stalled is not None:
+                    return n
+            if n >= budget:
+                return n
         self.finished = True
-        if self.npending:
-            self.unit.deadlock([self])
+        return n
+
+    def time(self) -> float:
+        """How far this core's pipes have committed (the scheduler steps the laggard first)."""
+        return max(self.free)
 
     def feed(self, cop, vals):
         self.issue += self.scalar_cycles
@@ -232,10 +224,15 @@ class CoreRun:
         if issue > start:
             start = issue
         m = cop.static
-        if m is None:
-            if not cop.fits(vals):
-                operand_shapes(cop, vals)           # raises, explaining which tile
-            m = cop.measure(vals)
+        if m is None:                               # valid shapes known only now (tails)
+            key = vals[:cop.nvalid]
+            m = cop.mcache.get(key)
+            if m is None:
+                if not cop.fits(vals):
+                    operand_shapes(cop, vals)       # raises, explaining which tile
+                m = cop.measure(vals)
+                if len(cop.mcache) < 1024:
+                    cop.mcache[key] = m
         occ, nbytes, port, flops, vec = m
         unit = self.unit
         if nbytes:

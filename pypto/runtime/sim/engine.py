@@ -1,5 +1,7 @@
-"""One simulation: the machine's cores, shared global memory, counters, and running one block
-instance (one core) or one cluster instance (cube + vector sub-blocks with cross-core flags)."""
+"""One simulation: the machine's cores, shared global memory and counters; and ``Unit`` — one launch
+instance (a block on one core, or a cube + vector cluster linked by cross-core flags) that the
+scheduler advances a quantum of statements at a time, always the unit furthest behind in simulated
+time, so that concurrently running units reserve HBM bandwidth in (nearly) time order."""
 from __future__ import annotations
 
 from collections import deque
@@ -11,7 +13,7 @@ from .gm import GlobalMemory
 from .program import CROSS_CORE_FLAGS
 from .timing import sim_params
 
-QUANTUM = 64            # statements a cluster member issues before the next member's turn
+QUANTUM = 64            # statements a core issues per turn
 MAX_QUEUED = 4096       # statements a core may hold behind blocked pipes before it stops issuing
 
 
@@ -27,7 +29,7 @@ class SimState:
         self.aiv = [Core(CoreType.AIV, i, spec) for i in range(spec.num_aiv)]
         self.aiv_per_aic = spec.cores.get("aiv_per_aic", 2)
         self.trace_events = [] if trace else None
-        self.task_slices = []          # (core name, start, end, label, args)
+        self.task_slices = []          # (core name, start, end, label, block name, loc)
         self.n_instr = 0
         self.gm_bytes = 0
         self.cube_flops = 0.0
@@ -56,51 +58,68 @@ def _launch_env(base: dict, block_idx: int, block_num: int, sub: int) -> dict:
     return env
 
 
-def run_instance(state: SimState, parts: list, env: dict, gm: dict, gm_names: dict, t0: float,
-                 block_idx: int, block_num: int) -> float:
-    """Run one launch instance from ``t0``; ``parts`` = [(core, compiled block, sub-block index)], the
-    cube part first for a cluster. Returns the time its last pipe finished."""
-    runs = []
-    for core, cb, sub in parts:
-        r = CoreRun(state, core, cb, _launch_env(env, block_idx, block_num, sub), gm, t0,
-                    state.functional, state.check)
-        r.gm_names = gm_names
-        r.sub = sub
-        runs.append(r)
-    state.blocks += 1
-    if len(runs) == 1:
-        runs[0].run_alone()
-    else:
-        cube, vecs = runs[0], runs[1:]
-        if cube.cb.core == CoreType.AIC:
+class Unit:
+    """One launch instance from ``t0``; ``parts`` = [(core, compiled block, sub-block index)], the cube
+    part first for a cluster."""
+
+    def __init__(self, state: SimState, parts: list, env: dict, gm: dict, gm_names: dict, t0: float,
+                 block_idx: int, block_num: int):
+        self.state, self.parts, self.t0 = state, parts, t0
+        runs = []
+        for core, cb, sub in parts:
+            r = CoreRun(state, core, cb, _launch_env(env, block_idx, block_num, sub), gm, t0,
+                        state.functional, state.check)
+            r.gm_names = gm_names
+            r.sub = sub
+            runs.append(r)
+        if len(runs) > 1 and runs[0].cb.core == CoreType.AIC:
+            cube, vecs = runs[0], runs[1:]
             cube.partners = vecs
             cube.xin = [[deque() for _ in vecs] for _ in range(CROSS_CORE_FLAGS)]
             for v in vecs:
                 v.partners = [cube]
-        _interleave(state, runs)
-    for r in runs:
-        if r.npending or r.stalled is not None:
-            state.deadlock(runs)
-    if state.check:
-        for r in runs:
-            r.finish_checks()
-    return max(r.end_time() for r in runs)
+        self.runs = runs
+        state.blocks += 1
 
+    def time(self) -> float:
+        return max(r.time() for r in self.runs) if len(self.runs) > 1 else self.runs[0].time()
 
-def _interleave(state, runs):
-    while True:
-        progress = False
-        live = False
+    def step(self) -> bool:
+        """Advance every member by a quantum; True when the instance has issued everything."""
+        runs = self.runs
+        if len(runs) == 1:
+            r = runs[0]
+            r.step(QUANTUM)
+            if r.stalled is not None:
+                self.state.deadlock(runs)
+            return r.finished
+        progress, live = False, False
         for r in runs:
             if r.finished:
                 continue
             live = True
             if r.stalled is not None or r.npending > MAX_QUEUED:
                 continue
-            n = r.step(QUANTUM)
-            if n or r.finished:
+            if r.step(QUANTUM) or r.finished:
                 progress = True
         if not live:
-            return
+            return True
         if not progress:
-            state.deadlock(runs)
+            self.state.deadlock(runs)
+        return all(r.finished for r in runs)
+
+    def finish(self) -> float:
+        """Final checks; the time its last pipe finished."""
+        runs = self.runs
+        for r in runs:
+            if r.npending or r.stalled is not None:
+                self.state.deadlock(runs)
+        if self.state.check:
+            for r in runs:
+                r.finish_checks()
+        return max(r.end_time() for r in runs)
+
+    def run_to_end(self) -> float:
+        while not self.step():
+            pass
+        return self.finish()

@@ -6,7 +6,7 @@ import sympy
 
 from ...errors import SimError
 from ...ir.block import CoreType
-from .engine import run_instance
+from .engine import Unit
 from .program import compile_block
 
 
@@ -72,7 +72,8 @@ class Launcher:
     def kind(self, inst) -> str:
         return self.info(inst.task).kind
 
-    def run_block(self, inst, k: int, cores, start: float) -> float:
+    def start_block(self, inst, k: int, cores, start: float) -> Unit:
+        """Block instance k of a task instance, on the chosen cores from ``start``."""
         info = self.info(inst.task)
         st = self.state
         kind, i = cores
@@ -91,13 +92,17 @@ class Launcher:
                 b = inst.task.gm_args[p]
                 gm[p] = self.bufs.get(b, inst.loop_env)
                 names[p] = self.bufs.location(b, inst.loop_env)
-        end = run_instance(st, parts, env, gm, names, start, k, inst.block_dim)
-        label = inst.label + (f" #{k}" if inst.block_dim > 1 else "")
-        for core, cb, _ in parts:
+        unit = Unit(st, parts, env, gm, names, start, k, inst.block_dim)
+        unit.inst, unit.k, unit.cores = inst, k, cores
+        return unit
+
+    def end_block(self, unit, end: float):
+        inst, st = unit.inst, self.state
+        label = inst.label + (f" #{unit.k}" if inst.block_dim > 1 else "")
+        for core, cb, _ in unit.parts:
             core.last_task = inst.id
-            core.task_busy += end - start
-            st.task_slices.append((core.name, start, end, label, cb.block.name, inst.task.loc))
-        return end
+            core.task_busy += end - unit.t0
+            st.task_slices.append((core.name, unit.t0, end, label, cb.block.name, inst.task.loc))
 
 
 def _shape(t):

@@ -49,7 +49,7 @@ class COp:
     __slots__ = ("kind", "pipe", "pipe_enum", "op", "stmt", "loc", "block", "text", "index",
                  "tiles", "reads", "writes", "region", "attrs", "sem", "gm_param", "gm_rank", "gm_itemsize",
                  "n_tiles", "scalar_at", "trans", "measure", "static", "dynamic_valid",
-                 "key", "other", "event", "flag", "is_gm", "kind_name", "fits", "gm_fits")
+                 "key", "other", "event", "flag", "is_gm", "kind_name", "fits", "gm_fits", "mcache", "nvalid")
 
     def __init__(self, kind, stmt, block, text):
         self.kind, self.stmt, self.block, self.text = kind, stmt, block, text
@@ -57,6 +57,7 @@ class COp:
         self.tiles = ()
         self.reads = self.writes = ()
         self.static = None
+        self.mcache = {}
         self.dynamic_valid = False
         self.is_gm = False
         self.gm_param = None
@@ -217,6 +218,7 @@ class CompiledBlock:
         values.extend(scalars)
         cop.dynamic_valid = any(constant(v) is None for t in tiles for v in t.decl.valid_shape)
         cop.measure = self.cost.measure_fn(cop)
+        cop.nvalid = 2 * len(tiles)
         cop.fits = eval(f"lambda v: {fits_source(cop)}")
         cop.gm_fits = eval(f"lambda v, s: {gm_fits_source(cop)}") if cop.gm_param else None
         return cop, values
@@ -255,51 +257,71 @@ class CompiledBlock:
         loop_vars: set = set()
         used: set = set()
 
-        def add_op(cop, values):
+        hoisted = [0]
+
+        def add_op(cop, values, names):
+            """The yield of one statement; ``names``: expression source -> hoisted local of this iteration."""
             cop.index = len(self.ops)
             self.ops.append(cop)
             if values is None:
                 return f"O[{cop.index}], None"
             used.update(free_names(values))
+            if cop.kind == INSTR:
+                nv = 2 * cop.n_tiles
+                valid = [constant(v) for v in values[:nv]]
+                if all(v is not None for v in valid):      # valid shapes fixed: cost and fit known now
+                    if not cop.fits(valid):
+                        operand_shapes(cop, valid)         # raises, explaining which tile
+                    cop.static = cop.measure(valid)
             if all(constant(v) is not None for v in values):
-                vals = tuple(constant(v) for v in values)
-                if cop.kind == INSTR:
-                    if not cop.fits(vals):
-                        operand_shapes(cop, vals)         # raises, explaining which tile
-                    cop.static = cop.measure(vals)
-                consts.append(vals)
+                consts.append(tuple(constant(v) for v in values))
                 return f"O[{cop.index}], C[{len(consts) - 1}]"
-            src = ", ".join(to_source(v) for v in values)
+            srcs = [to_source(v) for v in values]
+            src = ", ".join(names.get(x, x) for x in srcs)
             return f"O[{cop.index}], ({src}{',' if len(values) == 1 else ''})"
 
-        def emit(stmts, depth):
+        def emit(stmts, depth, outer):
             pad = "    " * depth
             n0 = len(lines)
+            # compile this list's instructions first, to hoist the expressions they share
+            compiled = {id(s): self._compile_instr(s) for s in stmts if isinstance(s, Instr)}
+            counts: dict = {}
+            for cop, values in compiled.values():
+                for v in values:
+                    if constant(v) is None:
+                        x = to_source(v)
+                        counts[x] = counts.get(x, 0) + 1
+            names = dict(outer)
+            for x, c in counts.items():
+                if c > 1 and x not in names:
+                    hoisted[0] += 1
+                    names[x] = f"_h{hoisted[0]}"
+                    lines.append(f"{pad}{names[x]} = {x}")
             for s in stmts:
                 if isinstance(s, Instr):
-                    cop, values = self._compile_instr(s)
-                    lines.append(f"{pad}yield {add_op(cop, values)}")
+                    cop, values = compiled[id(s)]
+                    lines.append(f"{pad}yield {add_op(cop, values, names)}")
                 elif isinstance(s, (SetFlag, WaitFlag, PipeBarrier, CrossCoreSetFlag, CrossCoreWaitFlag)):
-                    lines.append(f"{pad}yield {add_op(self._compile_flag(s, block), None)}")
+                    lines.append(f"{pad}yield {add_op(self._compile_flag(s, block), None, names)}")
                 elif isinstance(s, For):
                     used.update(free_names([s.start, s.stop, s.step]))
                     loop_vars.add(s.var.name)
                     lines.append(f"{pad}for {ident(s.var.name)} in range({to_source(s.start)}, "
                                  f"{to_source(s.stop)}, {to_source(s.step)}):")
-                    emit(s.body, depth + 1)
+                    emit(s.body, depth + 1, {})        # hoisted values depend on the loop variable
                 elif isinstance(s, If):
                     used.update(free_names([s.cond]))
                     lines.append(f"{pad}if {to_source(s.cond)}:")
-                    emit(s.then_body, depth + 1)
+                    emit(s.then_body, depth + 1, names)
                     if s.else_body:
                         lines.append(f"{pad}else:")
-                        emit(s.else_body, depth + 1)
+                        emit(s.else_body, depth + 1, names)
                 else:
                     raise SimError(f"block {block.name}: unknown statement {s!r}", loc=block.loc)
             if len(lines) == n0:
                 lines.append(f"{pad}pass")
 
-        emit(block.body, 1)
+        emit(block.body, 1, {})
         self.env_names = sorted(used - loop_vars)
         head = ["def walk(e):"] + [f"    {ident(n)} = e[{n!r}]" for n in self.env_names]
         head.append("    if False:\n        yield None")

@@ -6,8 +6,10 @@ free cores, cores run them; time advances event by event (submissions, dispatche
   producers finished) takes the earliest-free dispatcher for ``task_dispatch_cycles``; once
   dispatched, each of its tasks goes to the cores as soon as its producers finished.
 * Cores: a task of ``block_dim`` n runs n block instances, each on a free core of its kernel's type —
-  one AIV, one AIC, or a whole cluster (1 AIC + its AIV sub-blocks) for a cube+vector kernel. Each
-  block instance is simulated when it starts (engine.run_instance), which gives its end time.
+  one AIV, one AIC, or a whole cluster (1 AIC + its AIV sub-blocks) for a cube+vector kernel.
+* Running block instances (engine.Unit) advance a quantum of statements at a time, always the one
+  furthest behind in simulated time, interleaved with the scheduler's events in time order — so
+  every core's GM transfers claim shared bandwidth in (nearly) time order.
 
 Policies choose among the block instances waiting for cores:
   ``fifo``      oldest first (one that cannot get its core type lets later ones pass);
@@ -20,7 +22,6 @@ import heapq
 
 from ...errors import PyptoError
 from ...ir.block import CoreType
-from .engine import run_instance
 
 POLICIES = ("fifo", "locality")
 _SUBMIT, _DISPATCHED, _BLOCK_DONE = 0, 1, 2
@@ -44,6 +45,7 @@ class Scheduler:
         self.now = 0.0
         self.end = 0.0
         self.dispatch_slices: list = []
+        self.running: list = []          # heap of (unit time, seq, unit)
 
     def push(self, t, kind, payload):
         self.seq += 1
@@ -55,8 +57,18 @@ class Scheduler:
             t += self.submit_cycles
             self.push(t, _SUBMIT, b)
         self.end = t
-        events = self.events
-        while events:
+        events, running = self.events, self.running
+        while events or running:
+            if running and (not events or running[0][0] < events[0][0]):
+                _, _, unit = heapq.heappop(running)
+                if unit.step():
+                    end = unit.finish()
+                    self.launch.end_block(unit, end)
+                    self.push(end, _BLOCK_DONE, (unit.inst, unit.cores))
+                else:
+                    self.seq += 1
+                    heapq.heappush(running, (unit.time(), self.seq, unit))
+                continue
             t, _, kind, payload = heapq.heappop(events)
             self.now = t
             if t > self.end:
@@ -175,6 +187,6 @@ class Scheduler:
 
     def start(self, inst, k, cores):
         self.occupy(cores, True)
-        start = self.now
-        end = self.launch.run_block(inst, k, cores, start)
-        self.push(end, _BLOCK_DONE, (inst, cores))
+        unit = self.launch.start_block(inst, k, cores, self.now)
+        self.seq += 1
+        heapq.heappush(self.running, (self.now, self.seq, unit))
