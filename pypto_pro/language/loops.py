@@ -57,19 +57,24 @@ def runtime_loop(parser, node, frame) -> None:
             frame.env[name] = value
             # copy u runs only while var + u*step < stop: what lets tails be proven full
             parser.loop_ranges[var] = (start, norm(hi - u * step))
+            first = len(body)
             if u and guarded:
                 sec.push()
                 parser.exec_body(node.body, frame)
                 sec.emit(If(sympy.Lt(value, stop), sec.pop(), loc=span.loc))
             else:
                 parser.exec_body(node.body, frame)
+            for stmt in body[first:]:
+                parser.copy_of[id(stmt)] = ("copy", u)
     finally:
         sec.pop()
         frame.rt_depth -= 1
         frame.loops.pop()
         parser.loop_ranges.pop(var, None)
     attrs = {"unroll": period} if period > 1 else {}
-    sec.emit(For(var, start, stop, norm(step * period), body, attrs, loc=span.loc))
+    loop = For(var, start, stop, norm(step * period), body, attrs, loc=span.loc)
+    parser.loop_src[id(loop)] = id(node)
+    sec.emit(loop)
     _cursors_after(parser, entry, deltas, trip)
     frame.env[name] = var
     poison_loop_locals(frame, scope, var, span)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import sympy
+
 from pypto import dtypes
 from pypto.ir.block import GMRegion, instr
 from pypto.ir.isa import CMP_MODES
@@ -393,8 +395,21 @@ def _matmul(row: OpRow):
             raise call.error(f"{call.name}: a is {list(a.shape)} and b is {list(bb.shape)}: inner dims differ", at=2)
         valid = dst.valid if dst.valid is not None else (av[0], bv[1])
         _covers(call, dst, valid, 0)
-        op = "TMATMUL_ACC" if (row.isa == "TMATMUL_ACC" or b.get("acc")) else "TMATMUL"
-        return emit(call, op, dst, [a, bb], dst_valid=valid, src_valids=[av, bv])
+        acc = norm(b.get("acc", False)) if row.isa == "TMATMUL" else True
+        if is_runtime(acc):
+            # acc decided at run time (e.g. k > 0): both forms, selected by an If
+            from pypto.ir.block import If
+            sec = p.section
+            sec.push()
+            emit(call, "TMATMUL_ACC", dst, [a, bb], dst_valid=valid)
+            then_body = sec.pop()
+            sec.push()
+            emit(call, "TMATMUL", dst, [a, bb], dst_valid=valid)
+            else_body = sec.pop()
+            cond = acc if isinstance(acc, sympy.logic.boolalg.Boolean) else sympy.Ne(acc, 0)
+            sec.emit(If(cond, then_body, else_body, loc=call.span.loc))
+            return None
+        return emit(call, "TMATMUL_ACC" if acc else "TMATMUL", dst, [a, bb], dst_valid=valid)
     return handler
 
 

@@ -206,6 +206,8 @@ class Parser:
         self.manual_sync = False
         self.manual_sync_span: Span | None = None
         self.var_names: set = set()
+        self.loop_src: dict = {}          # id(For) -> id of its `for` statement in the source
+        self.copy_of: dict = {}           # id(stmt) -> ("copy", u): the unrolled loop-body copy it belongs to
         self.name_hint: str | None = None  # the name being assigned (names tiles in the IR)
         self.pipeline_sources: list = []  # (loop span, transformed source) for pipeline_generated.py
         self.source = function_source(fn)

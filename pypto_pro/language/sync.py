@@ -75,9 +75,14 @@ class Point:
 
 
 class PipeSync:
-    def __init__(self, resources_of, block_name: str):
+    def __init__(self, resources_of, block_name: str, copy_of: dict | None = None, loop_src: dict | None = None):
         self.resources_of = resources_of      # Instr -> set of resource keys
         self.block_name = block_name
+        self.copy_of = copy_of or {}          # id(stmt) -> which unrolled copy of its loop body it is in
+        self.open_xfer: dict = {}             # (id(seq), q, p) -> last transfer made in that list
+        # id(For) -> its source loop: the copies of one source loop (in an unrolled outer body) share
+        # their carried events, so the state one copy exits in is the state the next copy starts from
+        self.loop_src = loop_src or {}
         self.channels: dict = {}
         self.chan_of: dict = {}               # id(SetFlag/WaitFlag) -> Channel
         self._keep: list = []
@@ -104,8 +109,8 @@ class PipeSync:
         self._keep.append(w)
         return w
 
-    def _place_set(self, seq: Seq, points: list, ch: Channel, loc=None) -> None:
-        """Insert the set after the latest of ``points``, never outside the current list ``seq``."""
+    def _set_index(self, seq: Seq, points: list) -> int:
+        """Where a set goes: after the latest of ``points``, never outside the current list ``seq``."""
         idx = -1
         for pt in points:
             if pt is None:
@@ -113,9 +118,11 @@ class PipeSync:
             if pt.seq is seq:
                 idx = max(idx, pt.idx)
             elif pt.seq.depth < seq.loop_depth:
-                raise AssertionError(f"sync: a set for {ch.key} would be placed outside the loop body that "
-                                     "waits for it")
-        seq.insert_after(idx, self._set(ch, loc))
+                raise AssertionError("sync: a set would be placed outside the loop body that waits for it")
+        return idx
+
+    def _place_set(self, seq: Seq, points: list, ch: Channel, loc=None) -> None:
+        seq.insert_after(self._set_index(seq, points), self._set(ch, loc))
 
     # ------------------------------------------------------------------ state changes
     def _wait_now(self, seq: Seq, ch: Channel, loc=None) -> None:
@@ -148,9 +155,22 @@ class PipeSync:
         for ch in waits:
             self._wait_now(seq, ch, ins.loc)
         for q, rs in transfers.items():
+            idx = self._set_index(seq, [self.last.get(r) for r in rs])
+            prev = self.open_xfer.get((id(seq), q, p))
+            if prev is not None and idx < prev[3]:
+                # coalesce: the previous q->p transfer of this list is waited before an earlier
+                # instruction of p; moving its set after this transfer's source covers both
+                ch, set_stmt, set_idx, wait_idx = prev
+                if idx > set_idx:
+                    seq.after[set_idx].remove(set_stmt)
+                    seq.insert_after(idx, set_stmt)
+                    self.open_xfer[(id(seq), q, p)] = (ch, set_stmt, idx, wait_idx)
+                continue
             ch = self.channel(("xfer", id(ins), q, p), q, p)
-            self._place_set(seq, [self.last.get(r) for r in rs], ch, ins.loc)
-            seq.append(self._wait(ch, ins.loc))
+            set_stmt = self._set(ch, ins.loc)
+            seq.insert_after(idx, set_stmt)
+            wait_idx = seq.append(self._wait(ch, ins.loc))
+            self.open_xfer[(id(seq), q, p)] = (ch, set_stmt, idx, wait_idx)
         idx = seq.append(ins)
         for r in res:
             self.state[r] = ("own", p)
@@ -214,6 +234,11 @@ class PipeSync:
                 seq.append(s)
 
     def branch(self, s: If, seq: Seq) -> None:
+        # a resource both branches start with on the same pipe is handed to that pipe before the if
+        first_t, first_e = self._first_pipes(s.then_body), self._first_pipes(s.else_body)
+        common = {r: ("own", p) for r, p in first_t.items() if first_e.get(r) == p}
+        if common:
+            self.convert(seq, common, ("if", id(s)), s.loc)
         before = (dict(self.state), dict(self.last))
         t_seq = Seq(seq)
         self.run(s.then_body, t_seq)
@@ -283,12 +308,30 @@ class PipeSync:
             elif x[0] == "pend" and x[1].dst == f:
                 targets[r] = x
             else:
-                # resources released by the same last access share one carried event: a double
-                # buffer's slots get one each, so the next load of a slot waits only for its own reader
+                # resources last released in the same unrolled copy of the body share one carried event:
+                # a double buffer's slots get one each, so the next load of a slot waits for its own reader
                 q = x[1] if x[0] == "own" else x[1].dst
                 origin = last[r].origin if last.get(r) is not None else None
-                targets[r] = ("pend", self.channel(("carry", id(s), q, f, origin), q, f))
+                group = self.copy_of.get(origin, origin)
+                loop_id = self.loop_src.get(id(s), id(s))
+                targets[r] = ("pend", self.channel(("carry", loop_id, q, f, group), q, f))
         return targets
+
+    def _first_pipes(self, stmts, out=None) -> dict:
+        """resource -> pipe of its first access in program order (loop bodies included)."""
+        out = {} if out is None else out
+        for s in stmts:
+            if isinstance(s, Instr):
+                for r in self.resources_of(s):
+                    out.setdefault(r, s.pipe)
+            elif isinstance(s, For):
+                self._first_pipes(s.body, out)
+            elif isinstance(s, If):
+                t, e = self._first_pipes(s.then_body), self._first_pipes(s.else_body)
+                for r in set(t) | set(e):
+                    if r not in out:
+                        out[r] = t[r] if t.get(r) == e.get(r) else None
+        return {r: p for r, p in out.items() if p is not None}
 
     def _resources_in(self, stmts) -> set:
         out = set()
@@ -362,8 +405,8 @@ def make_resources_of(section):
 
 
 # --------------------------------------------------------------------------- driver
-def synchronize_block(block, section, machine) -> dict:
-    ps = PipeSync(make_resources_of(section), block.name)
+def synchronize_block(block, section, machine, copy_of=None, loop_src=None) -> dict:
+    ps = PipeSync(make_resources_of(section), block.name, copy_of, loop_src)
     root = Seq(None)
     ps.run(block.body, root)
     ps.finish(root)
@@ -401,5 +444,5 @@ def synchronize(blocks, parser, machine) -> dict:
     cross_core_sync(blocks, parser)
     events = {}
     for b in blocks:
-        events[b.name] = synchronize_block(b, parser.sections[b.core], machine)
+        events[b.name] = synchronize_block(b, parser.sections[b.core], machine, parser.copy_of, parser.loop_src)
     return events
