@@ -310,15 +310,6 @@ def reshape(x, *shape) -> Tensor:
     return out
 
 
-def size_min(*xs):
-    """``pypto.min`` on sizes (ints or symbolic)."""
-    return sym.smin(*xs)
-
-
-def size_max(*xs):
-    return sym.smax(*xs)
-
-
 # the op families, re-exported so that ``pypto.<name>`` and Tensor methods find them here
 # (they shadow builtins sum/max/min in this module: code above spells those ``builtins.``)
 from .api_reduce import *  # noqa: E402,F401,F403

@@ -12,6 +12,7 @@ import sympy
 
 from .. import dtypes, symbolic
 from ..errors import PyptoError, TypeMismatchError
+from ..ops.registry import numel
 from . import context as ctx
 
 
@@ -166,20 +167,13 @@ Tensor.__setitem__ = _method("setitem")
 Tensor.T = property(lambda self: _method("permute")(self, *reversed(range(self.ndim))))
 Tensor.mT = property(lambda self: _method("transpose")(self, -2, -1))
 Tensor.contiguous = lambda self: self
-Tensor.numel = lambda self: _numel(self.shape)
+Tensor.numel = lambda self: numel(self.shape)
 Tensor.float = lambda self: _method("cast")(self, dtypes.float32)
 Tensor.half = lambda self: _method("cast")(self, dtypes.float16)
 Tensor.bfloat16 = lambda self: _method("cast")(self, dtypes.bfloat16)
 Tensor.int = lambda self: _method("cast")(self, dtypes.int32)
 Tensor.long = lambda self: _method("cast")(self, dtypes.int64)
 Tensor.bool = lambda self: _method("cast")(self, dtypes.bool_)
-
-
-def _numel(shape):
-    n = 1
-    for d in shape:
-        n = symbolic.simplify(n * d)
-    return n
 
 
 def is_tensor(x) -> bool:

@@ -10,7 +10,7 @@ import torch
 from .. import symbolic as sym
 from ..errors import ShapeError
 from ..ir.tensor_graph import ValueInfo
-from .registry import OpDef, register
+from .registry import OpDef, numel, register
 from .shape_rules import fmt_shape
 
 
@@ -73,24 +73,17 @@ register(OpDef("assemble", "views", _assemble_infer, _assemble_ref, unit="vector
                doc="inputs: (dst, src); attrs: offsets. Result: dst with the box at offsets replaced by src"))
 
 
-def _numel(shape):
-    n = 1
-    for d in shape:
-        n = n * d
-    return n
-
-
 def _reshape_infer(ins, attrs):
     src = ins[0]
     shape = list(attrs["shape"])
     if shape.count(-1) > 1:
         raise ShapeError("reshape: at most one size may be -1")
-    total = _numel(src.shape)
+    total = numel(src.shape)
     if -1 in shape:
-        rest = _numel([d for d in shape if not (isinstance(d, int) and d == -1)])
+        rest = numel([d for d in shape if not (isinstance(d, int) and d == -1)])
         shape[shape.index(-1)] = sym.floordiv(total, rest) if not isinstance(total, int) or not isinstance(rest, int) \
             else total // rest
-    if sym.equal(_numel(shape), total) is False:
+    if sym.equal(numel(shape), total) is False:
         raise ShapeError(f"reshape: cannot view {fmt_shape(src.shape)} ({total} elements) as {fmt_shape(shape)}")
     return ValueInfo(tuple(sym.simplify(d) for d in shape), src.dtype)
 
