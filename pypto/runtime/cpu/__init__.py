@@ -123,10 +123,9 @@ def _build_note(built) -> str:
     return f"build: g++ {built.build_s:.2f} s ({built.library.parent.name})"
 
 
-def run_kernel(kernel: Kernel, args: dict, scalars: dict | None = None, block_dim: int = 1, **options):
-    """One launch of ``kernel`` over ``block_dim`` cores (a one-task ExecutionGraph whose buffers are
-    the kernel's GM params, shapes from ``args``; params the kernel stores to are the outputs).
-    Same options as ``run``."""
+def one_task_graph(kernel: Kernel, args: dict, scalars: dict | None, block_dim) -> tuple[ExecutionGraph, dict]:
+    """A one-task ExecutionGraph launching ``kernel``: its buffers are the kernel's GM params (shapes
+    from ``args``); params the kernel stores to are the outputs, the others inputs."""
     params = {}
     for b in kernel.blocks:
         for g in b.gm_params:
@@ -143,4 +142,12 @@ def run_kernel(kernel: Kernel, args: dict, scalars: dict | None = None, block_di
                 name=kernel.name)
     graph = ExecutionGraph({kernel.name: kernel}, buffers, [n for n in params if n not in stores],
                            [n for n in params if n in stores], [task])
-    return run(graph, {n: t for n, t in args.items() if isinstance(t, torch.Tensor)}, {}, **options)
+    return graph, {n: t for n, t in args.items() if isinstance(t, torch.Tensor)}
+
+
+def run_kernel(kernel: Kernel, args: dict, scalars: dict | None = None, block_dim: int = 1, **options):
+    """One launch of ``kernel`` over ``block_dim`` cores (a one-task ExecutionGraph whose buffers are
+    the kernel's GM params, shapes from ``args``; params the kernel stores to are the outputs).
+    Same options as ``run``."""
+    graph, tensors = one_task_graph(kernel, args, scalars, block_dim)
+    return run(graph, tensors, {}, **options)

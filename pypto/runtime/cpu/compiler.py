@@ -87,7 +87,7 @@ def _header_digest() -> str:
     return h.hexdigest()
 
 
-def build_key(files: dict[str, str], flags=CXX_FLAGS, include_dirs=()) -> str:
+def build_key(files: dict[str, str], flags=CXX_FLAGS, include_dirs=(INCLUDE_DIR,)) -> str:
     cxx = compiler()
     h = hashlib.sha256()
     h.update(_compiler_identity(cxx).encode())
@@ -123,7 +123,8 @@ def build(files: dict[str, str], entry: str = "launcher_cpu.cpp", flags=CXX_FLAG
         proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
         seconds = time.perf_counter() - t0
         log = proc.stdout + proc.stderr
-        (work / "build.log").write_text(" ".join(cmd) + "\n" + log)
+        (work / "build.cmd").write_text(" ".join(cmd) + "\n")
+        (work / "build.log").write_text(log)
         if proc.returncode != 0:
             raise CompileError(f"g++ failed to build the generated kernels (sources kept in {work}):\n"
                                f"{_first_errors(log)}")

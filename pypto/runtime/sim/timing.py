@@ -78,7 +78,7 @@ class CostModel:
 
     def _vector(self, cop, isz):
         bpc, issue = self.vec_bpc, self.vec_issue
-        factor = self.vector_factor(cop.kind)
+        factor = self.vector_factor(cop.kind_name)
         width = max(isz)
         # which tile operand's valid region the work spans: the source's for reductions, else the dst's
         ri = 2 if cop.region in ("rowreduce", "colreduce") else 0

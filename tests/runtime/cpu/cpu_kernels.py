@@ -372,3 +372,57 @@ def every_op_inputs(dtype, seed=0):
         a[0, :4] = torch.tensor([0.5, 1.5, -2.5, 0.0]).to(t)     # rounding ties and a zero
     m = torch.rand(S, S, generator=g) < 0.5
     return {"a": a, "b": b, "p": p, "nz": nz, "m": m}
+
+
+# ---------------------------------------------------------------- a kernel with scalar parameters
+def scale_rows(dtype=F32, rows=8, cols=256) -> Kernel:
+    """y[r0 : r0+8] = alpha * x[r0 : r0+8]: r0 (int) and alpha (real) are scalar parameters."""
+    b = Builder()
+    r0 = symbol("r0")
+    alpha = sympy.Symbol("alpha", real=True)
+    b.tile("t", UB, dtype, (rows, cols), (smin(rows, M - r0), cols))
+    body = [b("TLOAD", "t", GMRegion("x", (r0, 0)), line=80),
+            SetFlag(Pipe.MTE2, Pipe.V, 0), WaitFlag(Pipe.MTE2, Pipe.V, 0),
+            b("TMULS", "t", "t", alpha, line=81),
+            SetFlag(Pipe.V, Pipe.MTE3, 0), WaitFlag(Pipe.V, Pipe.MTE3, 0),
+            b("TSTORE", GMRegion("y", (r0, 0)), "t", line=82)]
+    gm = [GMParam("x", dtype, (M, cols)), GMParam("y", dtype, (M, cols))]
+    return Kernel("scale_rows", [Block("scale_rows", CoreType.AIV, gm, [r0, alpha], list(b.tiles.values()), body)],
+                  loc=loc(79, "scale_rows"))
+
+
+# ---------------------------------------------------------------- kernels with planted bugs
+def faulty(kind: str) -> Kernel:
+    """A small AIV (or cube + vector) kernel with one bug the device would get wrong."""
+    b = Builder()
+    b.tile("t", UB, F32, (8, 64))
+    load = b("TLOAD", "t", GMRegion("x", (0, 0)), line=70)
+    store = b("TSTORE", GMRegion("y", (0, 0)), "t", line=72)
+    sync_in = [SetFlag(Pipe.MTE2, Pipe.V, 0), WaitFlag(Pipe.MTE2, Pipe.V, 0)]
+    sync_out = [SetFlag(Pipe.V, Pipe.MTE3, 0), WaitFlag(Pipe.V, Pipe.MTE3, 0)]
+    compute = [b("TADDS", "t", "t", 1.0, line=71)]
+    gm = [GMParam("x", F32, (M, 64)), GMParam("y", F32, (M, 64))]
+    if kind == "missing_set":
+        body = [load, WaitFlag(Pipe.MTE2, Pipe.V, 0)] + compute + sync_out + [store]
+    elif kind == "leftover_set":
+        body = [load] + sync_in + [SetFlag(Pipe.MTE2, Pipe.V, 1)] + compute + sync_out + [store]
+    elif kind == "out_of_bounds":
+        body = [b("TLOAD", "t", GMRegion("x", (M - 4, 0)), line=70)] + sync_in + compute + sync_out + [store]
+    elif kind == "over_capacity":
+        b.tiles["t"].addr = 196608 - 1024
+        body = [load] + sync_in + compute + sync_out + [store]
+    elif kind == "single_type_cross_flag":
+        body = [load] + sync_in + compute + sync_out + [store, CrossCoreSetFlag(Pipe.MTE3, 1)]
+    elif kind == "cross_core_deadlock":
+        vec = Block("vec", CoreType.AIV, gm, [], list(b.tiles.values()),
+                    [CrossCoreWaitFlag(Pipe.V, 5), load] + sync_in + compute + sync_out + [store])
+        cube = Block("cube", CoreType.AIC, [], [], [], [CrossCoreSetFlag(Pipe.FIX, 4)])
+        return Kernel(f"faulty_{kind}", [cube, vec], loc=loc(69, kind))
+    else:
+        raise ValueError(kind)
+    return Kernel(f"faulty_{kind}", [Block("faulty", CoreType.AIV, gm, [], list(b.tiles.values()), body)],
+                  loc=loc(69, kind))
+
+
+FAULTS = ("missing_set", "leftover_set", "out_of_bounds", "over_capacity", "single_type_cross_flag",
+          "cross_core_deadlock")

@@ -1,0 +1,166 @@
+"""The cpu backend around the kernels: ExecutionGraphs (loops, scalar parameters, dependencies,
+threads, views), bad input, what a kernel gets wrong at run time, the build (warning-free,
+cached), and the guarded npu backend."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import sympy
+import torch
+
+import cpu_kernels as ck
+from pypto import dtypes
+from pypto.errors import BackendUnavailableError, DTypeError, PyptoError, ShapeError, SimError
+from pypto.ir.execution import Buffer, ExecutionGraph, Loop, Region, Task
+from pypto.runtime import cpu
+from pypto.runtime.cpu import compiler, executor
+from pypto.symbolic import ceildiv, index_symbol, smin
+
+F32 = dtypes.float32
+
+
+def kernels():
+    return [ck.scale_rows(), ck.softmax_rows(F32)] + [ck.faulty(k) for k in ck.FAULTS]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    _, result = cpu.build(kernels())
+    return result
+
+
+def scale_then_softmax_graph():
+    """y[8i : 8i+8] = 0.5 * x[8i : 8i+8] for every row tile i (a loop of tasks), then z = softmax(y)."""
+    M = ck.M
+    i = index_symbol("i")
+    rows = smin(8, M - 8 * i)
+    scale = ck.scale_rows()
+    softmax = ck.softmax_rows(F32)
+    loop = Loop(i, 0, ceildiv(M, 8), 1, [
+        Task("scale_rows", {"x": "x", "y": "y"}, {"r0": 8 * i, "alpha": 0.5},
+             reads=[Region("x", (8 * i, 0), (rows, 256))], writes=[Region("y", (8 * i, 0), (rows, 256))],
+             name="scale")])
+    tail = Task(softmax.name, {"x": "y", "y": "z"}, {}, block_dim=2, name="softmax")
+    buffers = {"x": Buffer("x", (M, 256), F32, "input"), "y": Buffer("y", (M, 256), F32, "workspace"),
+               "z": Buffer("z", (M, 256), F32, "output")}
+    return ExecutionGraph({"scale_rows": scale, softmax.name: softmax}, buffers, ["x"], ["z"], [loop, tail],
+                          symbols=[M])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_graph_with_loop_scalars_and_dependencies(threads):
+    x = torch.randn(77, 256)
+    out, report = cpu.run(scale_then_softmax_graph(), {"x": x}, {}, threads=threads)
+    torch.testing.assert_close(out["z"], torch.softmax(0.5 * x, -1), rtol=1e-5, atol=1e-6)
+    assert report.tasks == 10 + 1 and report.cycles is None and report.backend == "cpu"
+
+
+def test_outputs_written_in_place_and_noncontiguous_arguments():
+    x = torch.randn(256, 40).t()              # non-contiguous [40, 256]
+    z = torch.empty(256, 40).t()
+    out, _ = cpu.run(scale_then_softmax_graph(), {"x": x, "z": z}, {"M": 40})
+    assert out["z"] is z
+    torch.testing.assert_close(z, torch.softmax(0.5 * x, -1), rtol=1e-5, atol=1e-6)
+
+
+def test_bad_arguments():
+    g = scale_then_softmax_graph()
+    with pytest.raises(DTypeError, match="expects torch.float32"):
+        cpu.run(g, {"x": torch.randn(8, 256, dtype=torch.float16)}, {})
+    with pytest.raises(ShapeError, match="expects"):
+        cpu.run(g, {"x": torch.randn(8, 128)}, {"M": 8})
+    with pytest.raises(PyptoError, match="has no argument"):
+        cpu.run(g, {}, {"M": 8})
+    with pytest.raises(PyptoError, match="not a buffer"):
+        cpu.run(g, {"x": torch.randn(8, 256), "nope": torch.zeros(1)}, {})
+    with pytest.raises(PyptoError, match="no argument for GM param 'y'"):
+        cpu.run_kernel(ck.softmax_rows(F32), {"x": torch.randn(8, 256)})
+
+
+def _run_fault(kind, rows=16):
+    x = torch.randn(rows, 64)
+    y = torch.zeros(rows, 64)
+    return cpu.run_kernel(ck.faulty(kind), {"x": x, "y": y}, block_dim=2)
+
+
+@pytest.mark.parametrize("kind,message", [
+    ("missing_set", r"wait_flag\(PIPE_MTE2, PIPE_V, EVENT_ID0\) has no earlier matching set_flag"),
+    ("out_of_bounds", r"x\[M - 4, 0\] at model.py:70: the box at \[12, 0\] with extent \[8, 64\] lies outside "
+                      r"the tensor's shape \[16, 64\]"),
+    ("over_capacity", r"TASSIGN: a 8x64 tile at UB\+195584 needs 197632 bytes; UB has 196608"),
+    ("single_type_cross_flag", "cross-core set_flag in a kernel that has only one core type"),
+    ("cross_core_deadlock", "waits for cross-core flag 5 that no core of the cluster will set"),
+])
+def test_kernel_faults_raise(kind, message):
+    with pytest.raises(SimError, match=message) as info:
+        _run_fault(kind)
+    assert info.value.loc is not None and info.value.loc.line == 69     # the kernel's source line
+
+
+def test_flags_left_set_warn():
+    with pytest.warns(cpu.FlagWarning, match=r"set_flag\(PIPE_MTE2, PIPE_V, EVENT_ID1\)"):
+        _run_fault("leftover_set")
+
+
+def test_build_is_warning_free_and_cached(built):
+    from pypto.codegen import generate_module
+    files = generate_module(kernels()).files
+    again = compiler.build(files)
+    assert again.cached and again.key == compiler.build_key(files)
+    assert "warning" not in again.log.lower(), again.log
+    hits = cpu.STATS.cache_hits
+    cpu.build(kernels())                       # every kernel already loaded: nothing to build
+    assert cpu.STATS.cache_hits == hits + 1
+
+
+def test_fresh_build_then_disk_cache_hit(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYPTO_CACHE_DIR", str(tmp_path))
+    from pypto.codegen import generate_module
+    files = generate_module([ck.faulty("missing_set")]).files
+    builds = compiler.STATS.builds
+    first = compiler.build(files)
+    assert not first.cached and first.build_s > 0 and compiler.STATS.builds == builds + 1
+    assert first.library.is_relative_to(tmp_path) and (first.library.parent / "kernels").is_dir()
+    assert "warning" not in first.log.lower(), first.log
+    second = compiler.build(files)
+    assert second.cached and second.library == first.library
+
+
+def test_dependencies_from_regions():
+    """RAW / WAR / WAW between overlapping boxes; disjoint boxes of one buffer stay independent."""
+    def inst(i, *acc):
+        return executor.TaskInstance(i, None, {}, {}, 1, list(acc))
+    tasks = [inst(0, ("y", 0, 100, True)),            # writes y[0:100]
+             inst(1, ("y", 100, 200, True)),          # writes y[100:200]  (independent of 0)
+             inst(2, ("y", 50, 150, False)),          # reads both         (RAW on 0 and 1)
+             inst(3, ("y", 40, 60, True)),            # WAR on 2, WAW on 0
+             inst(4, ("z", 0, 10, True))]             # another buffer
+    executor.link(tasks)
+    assert [t.deps for t in tasks] == [set(), set(), {0, 1}, {0, 2}, set()]
+
+
+def test_views_alias_their_base():
+    g = ExecutionGraph({}, {"a": Buffer("a", (4, 8), F32, "input"),
+                            "v": Buffer("v", (2, 4), F32, "workspace", view_of="a", view_offset=8),
+                            "h": Buffer("h", (32,), dtypes.float16, "workspace", view_of="a")},
+                       ["a"], [], [])
+    a = torch.arange(32, dtype=torch.float32).reshape(4, 8)
+    bufs = executor.Buffers(g, {"a": a}, {})
+    assert torch.equal(bufs.tensors["v"], a.reshape(-1)[8:16].reshape(2, 4))
+    bufs.tensors["v"][0, 0] = -1
+    assert a[1, 0] == -1
+    assert bufs.tensors["h"].numel() == 32 and bufs.base["h"] == ("a", 0)
+    assert bufs.span("v", (1, 0), (1, 4)) == ("a", 12, 16)
+
+
+def test_npu_backend_is_guarded():
+    import pypto.runtime.npu as npu
+    ok, reason = npu.availability()
+    if ok:
+        pytest.skip("CANN and torch_npu are installed here")
+    assert "bisheng" in reason or "torch_npu" in reason
+    with pytest.raises(BackendUnavailableError, match="npu backend is not available"):
+        npu.run(scale_then_softmax_graph(), {"x": torch.randn(8, 256)}, {})
+    with pytest.raises(BackendUnavailableError):
+        npu.run_kernel(ck.softmax_rows(F32), {})
