@@ -97,14 +97,24 @@ def _sequences(q, lengths, state_rows):
     return out
 
 
-def _chunk_body(q, k, v, g, beta, state, o, lengths, state_rows, scale, chunk_size, use_qk_l2norm):
-    kernels.chunk_gated_delta_rule(q, k, v, g, beta, state, o, _sequences(q, lengths, state_rows),
-                                   scale=scale, chunk_size=chunk_size, use_qk_l2norm=use_qk_l2norm)
+def _operands(q, k, v, g, beta, o, heads):
+    H, K, HV, V = heads
+    return (kernels.Heads(q, H, K), kernels.Heads(k, H, K), kernels.Heads(v, HV, V), kernels.Heads(g, HV, 1),
+            kernels.Heads(beta, HV, 1), kernels.Heads(o, HV, V))
 
 
-def _recurrent_body(q, k, v, g, beta, state, o, lengths, state_rows, scale, use_qk_l2norm):
-    kernels.recurrent_gated_delta_rule(q, k, v, g, beta, state, o, _sequences(q, lengths, state_rows),
-                                       scale=scale, use_qk_l2norm=use_qk_l2norm)
+def _chunk_body(q, k, v, g, beta, state, o, lengths, state_rows, heads, scale, chunk_size, use_qk_l2norm,
+                per_head):
+    q, k, v, g, beta, o = _operands(q, k, v, g, beta, o, heads)
+    kernels.chunk_gated_delta_rule(q, k, v, g, beta, state, o, _sequences(q.tensor, lengths, state_rows),
+                                   scale=scale, chunk_size=chunk_size, use_qk_l2norm=use_qk_l2norm,
+                                   per_head=per_head)
+
+
+def _recurrent_body(q, k, v, g, beta, state, o, lengths, state_rows, heads, scale, use_qk_l2norm, per_head):
+    q, k, v, g, beta, o = _operands(q, k, v, g, beta, o, heads)
+    kernels.recurrent_gated_delta_rule(q, k, v, g, beta, state, o, _sequences(q.tensor, lengths, state_rows),
+                                       scale=scale, use_qk_l2norm=use_qk_l2norm, per_head=per_head)
 
 
 def _conv_body(x, weight, bias, history, activation, output_final_state):
@@ -132,8 +142,14 @@ _ENTRIES = {
 # Gated delta rule
 # ----------------------------------------------------------------------------------------------
 
+def default_per_head(backend: Optional[str]) -> bool:
+    """The per-head layout (2-D tiles, loops over heads) for the compiled backends, the batched one
+    (few large ops) for the reference interpreter."""
+    return (backend or pypto.get_backend()) != "reference"
+
+
 def _run_rule(name, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
-              use_qk_l2norm_in_kernel, backend, extra):
+              use_qk_l2norm_in_kernel, backend, per_head, extra):
     try:
         d = _check_gdn_inputs(q, k, v, g, beta, initial_state, cu_seqlens)
     except ValueError as e:
@@ -152,8 +168,13 @@ def _run_rule(name, q, k, v, g, beta, scale, initial_state, output_final_state, 
         lengths = torch.empty([cu[n + 1] - cu[n] for n in state_rows] + [0])
     if d.T > 0 and (state_rows is None or state_rows):
         fn = kernel_function(name, backend)
-        fn(*(x.contiguous() for x in (q, k, v, g, beta)), state, o, lengths, state_rows, float(scale),
-           *extra, bool(use_qk_l2norm_in_kernel))
+        B, T = d.B, d.T
+        # 3-D operands and a 2-D state: views of the same storage (the kernel writes o and state in place)
+        q3, k3 = (x.contiguous().reshape(B, T, d.H * d.K) for x in (q, k))
+        v3, o3 = v.contiguous().reshape(B, T, d.HV * d.V), o.reshape(B, T, d.HV * d.V)
+        fn(q3, k3, v3, g.contiguous(), beta.contiguous(), state.reshape(-1, d.V), o3, lengths, state_rows,
+           (d.H, d.K, d.HV, d.V), float(scale), *extra, bool(use_qk_l2norm_in_kernel),
+           default_per_head(backend) if per_head is None else bool(per_head))
     return o, (state if output_final_state else None)
 
 
@@ -161,28 +182,32 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
                            beta: torch.Tensor, scale: Optional[float] = None,
                            initial_state: Optional[torch.Tensor] = None, output_final_state: bool = False,
                            cu_seqlens: Optional[torch.Tensor] = None, use_qk_l2norm_in_kernel: bool = False,
-                           chunk_size: int = 64, *, backend: Optional[str] = None):
+                           chunk_size: int = 64, *, backend: Optional[str] = None,
+                           per_head: Optional[bool] = None):
     """Chunked gated delta rule (prefill), fla's signature.
 
     q, k [B, T, H, K]; v [B, T, HV, V] (HV a multiple of H); g (log decay, <= 0) and beta
     [B, T, HV]; initial_state [N, HV, K, V]; cu_seqlens [N + 1] with B = 1 packs N sequences.
     Returns (o [B, T, HV, V] in v's dtype, final state [N, HV, K, V] fp32 or None).
+    pypto options: ``backend`` (None: the current default) and ``per_head`` (the kernel's layout of
+    the heads, see ``kernels``; None: per head on compiled backends, batched on the interpreter).
     """
     if not isinstance(chunk_size, int) or chunk_size <= 0:
         _fail(f"chunk_size must be a positive int, got {chunk_size!r}")
     return _run_rule("chunk", q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
-                     use_qk_l2norm_in_kernel, backend, (chunk_size,))
+                     use_qk_l2norm_in_kernel, backend, per_head, (chunk_size,))
 
 
 def fused_recurrent_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                                      beta: torch.Tensor, scale: Optional[float] = None,
                                      initial_state: Optional[torch.Tensor] = None, output_final_state: bool = False,
                                      cu_seqlens: Optional[torch.Tensor] = None,
-                                     use_qk_l2norm_in_kernel: bool = False, *, backend: Optional[str] = None):
+                                     use_qk_l2norm_in_kernel: bool = False, *, backend: Optional[str] = None,
+                                     per_head: Optional[bool] = None):
     """Token-by-token gated delta rule (decode); same arguments and results as
     ``chunk_gated_delta_rule`` (without chunk_size)."""
     return _run_rule("recurrent", q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
-                     use_qk_l2norm_in_kernel, backend, ())
+                     use_qk_l2norm_in_kernel, backend, per_head, ())
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,23 +1,41 @@
 """The Gated DeltaNet kernels written in pypto (Tensor level), as functions traced inside a jit.
 
 They take and return traced ``pypto.Tensor`` values; ``functional.py`` wraps them into the
-torch-in/torch-out, flash-linear-attention compatible entry points.
+torch-in/torch-out, flash-linear-attention compatible entry points and ``layer.py`` calls them from
+the layer's forward.
 
-Layout inside a chunk (all fp32): every per-head tensor carries the batch dims ``[B, H, r]``
-with H key heads and r = HV / H value heads per key head, so that value head ``h * r + j``
-reads key head ``h`` by broadcasting: q and k are ``[B, H, 1, c, K]``, v ``[B, H, r, c, V]``,
-g and beta ``[B, H, r, c]``, the state ``[B, H, r, K, V]``.
+Operands. A per-head operand is a ``Heads``: a tensor [B, T, X] in which head h occupies the
+columns ``col0 + h*dim ... col0 + (h+1)*dim`` — q and k [B, T, H*K], v and o [B, T, HV*V], g and
+beta [B, T, HV] (dim 1); the layer hands the conv output [B, T, q|k|v] over as it is, with three
+column offsets. The state is 2-D, [N*HV*K, V] fp32: row block (n*HV + h)*K holds S of sequence n,
+value head h.
 
-The chunked algorithm (per value head, chunk of c <= C tokens, state S at the chunk's start,
-G the in-chunk cumulative sum of g):
+Chunked algorithm (per value head; a chunk of C tokens, state S at the chunk's start, G the
+in-chunk cumulative sum of g):
 
-    decay[i, j] = exp(G_i - G_j) for j <= i, else 0   (masked to -inf BEFORE exp: G_i - G_j > 0
-                                                        above the diagonal and would overflow)
+    decay[i, j] = exp(G_i - G_j) for j <= i, else 0  (masked to -inf BEFORE exp: above the
+                                                       diagonal G_i - G_j > 0 and would overflow)
     A           = strictly-lower part of diag(beta) (K K^T) * decay
-    T           = (I + A)^-1                            (see ``unit_lower_inverse``)
+    T           = (I + A)^-1                           (``unit_lower_inverse``)
     U = T diag(beta) V,   W = T diag(beta e^G) K,   D = U - W S
     O           = diag(e^G) (scale Q) S + ((scale Q) K^T * decay) D
     S_next      = e^{G_last} S + (K * e^{G_last - G})^T D
+
+Tails. Every chunk computes with the static chunk size C: the tail chunk's c = min(C, L - i*C)
+tokens are loaded as a view with valid shape [c, ...] and ``fillpad``-ed with zeros to C rows.
+Zero padding is exact here: a padded token has g = 0, beta = 0 and k = v = q = 0, so it leaves the
+state unchanged and G_last of the padded chunk is that of its last valid token; only the c valid
+output rows are stored (a view with valid shape). Static shapes inside the chunk keep every tile
+static for the compiler.
+
+Two layouts of the heads, same math:
+  * batched (``per_head=False``): one chunk of every head at once; per-head tensors carry the
+    batch dims [B, H, r] (r = HV / H) so that value head h*r + j reads key head h by broadcasting:
+    q, k [B, H, 1, C, K], v [B, H, r, C, V], g, beta [B, H, r, C], S [B, H, r, K, V]. Few large ops:
+    the fast form for the reference interpreter.
+  * per head (``per_head=True``): ``pypto.loop`` over batch rows and value heads around the chunk
+    loop; every tensor is 2-D ([C, K], [C, C], [K, V]) and read from / written to GM boxes
+    directly, no permutes. The form for the tile compiler.
 """
 from __future__ import annotations
 
@@ -30,11 +48,22 @@ from pypto import symbolic as sym
 
 L2NORM_EPS = 1e-6
 NEG_INF = float("-inf")
+DIAG_BLOCK = 16                       # rows of the diagonal blocks of (I + A) inverted first
 
 
 # ----------------------------------------------------------------------------------------------
-# Small helpers
+# Operands and small helpers
 # ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Heads:
+    """Head h of this operand is ``tensor[:, :, col0 + h*dim : col0 + (h+1)*dim]`` (tensor [B, T, X])."""
+
+    tensor: object
+    heads: int
+    dim: int
+    col0: int = 0
+
 
 def l2norm(x, eps: float = L2NORM_EPS):
     """x * rsqrt(sum(x^2) + eps) over the last dim (fla's l2norm)."""
@@ -45,178 +74,257 @@ def fp32(x):
     return pypto.cast(x, pypto.float32)
 
 
-def split_heads(x, H: int):
-    """[B, c, HV, X] -> [B, H, r, c, X] (value head h * r + j becomes [h, j])."""
-    B, c, HV, X = x.shape
-    return x.permute(0, 2, 1, 3).reshape(B, H, HV // H, c, X)
+def _padded_box(x, rows: int, row0, t0, c, C: int, col, width: int):
+    """x[row0 : row0+rows, t0 : t0+c, col : col+width] zero-padded to C time steps, fp32."""
+    box = pypto.view(x, [rows, C, width], [row0, t0, col], valid_shape=[rows, c, width])
+    return fp32(pypto.fillpad(box) if not (isinstance(c, int) and c == C) else box)
 
 
-def split_heads_scalar(x, H: int):
-    """[B, c, HV] -> [B, H, r, c]."""
-    B, c, HV = x.shape
-    return x.permute(0, 2, 1).reshape(B, H, HV // H, c)
+def load_all_heads(op: Heads, rows: int, row0, t0, c, C: int, H: int):
+    """[rows, H, heads/H, C, dim] fp32 (dim 1 squeezed away) of every head of ``op``."""
+    box = _padded_box(op.tensor, rows, row0, t0, c, C, op.col0, op.heads * op.dim)
+    x = box.reshape(rows, C, op.heads, op.dim).permute(0, 2, 1, 3)
+    if op.dim == 1:
+        return x.reshape(rows, H, op.heads // H, C)
+    return x.reshape(rows, H, op.heads // H, C, op.dim)
 
 
-def merge_heads(x):
-    """[B, H, r, c, X] -> [B, c, HV, X]."""
-    B, H, r, c, X = x.shape
-    return x.reshape(B, H * r, c, X).permute(0, 2, 1, 3)
+def load_head(op: Heads, row, t0, c, C: int, head):
+    """[C, dim] fp32 ([C] when dim is 1) of one head of ``op``."""
+    box = _padded_box(op.tensor, 1, row, t0, c, C, op.col0 + head * op.dim, op.dim)
+    return box.reshape(C) if op.dim == 1 else box.reshape(C, op.dim)
 
 
-def time_box(x, start, length, max_length: int):
-    """The box of ``length`` (<= max_length) time steps of x [B, T, ...] starting at ``start``."""
-    rest = list(x.shape[2:])
-    zeros = [0] * len(rest)
-    return pypto.view(x, [x.shape[0], max_length] + rest, [0, start] + zeros,
-                      valid_shape=[x.shape[0], length] + rest)
+def store_rows(value, op: Heads, row0, t0, c, col):
+    """Write the first c time steps of value [rows, C, width] into op.tensor at [row0, t0, col]."""
+    rows, C, width = value.shape
+    if not (isinstance(c, int) and c == C):
+        value = pypto.view(value, [rows, C, width], [0, 0, 0], valid_shape=[rows, c, width])
+    pypto.assemble(pypto.cast(value, op.tensor.dtype), [row0, t0, col], op.tensor)
 
 
 # ----------------------------------------------------------------------------------------------
 # (I + A)^-1 for a strictly lower-triangular A
 # ----------------------------------------------------------------------------------------------
 
+def _merge_masks(n: int, first: int):
+    """For b = first, 2*first, ... < n: the [n, n] mask of the lower-left b x b block inside every
+    2b x 2b diagonal block."""
+    i = torch.arange(n)
+    row, col = i[:, None], i[None, :]
+    out, b = [], first
+    while b < n:
+        out.append(((row // (2 * b) == col // (2 * b)) & (row // b == col // b + 1)).float())
+        b *= 2
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class ChunkMasks:
-    """Constant [C, C] masks of one chunk size; a tail chunk of c tokens uses their [:c, :c] box."""
+    """Constant masks of one chunk size C (diagonal blocks of ``block`` rows, ``nb`` of them)."""
 
-    causal: torch.Tensor              # j <= i
-    strict: torch.Tensor              # j < i
-    merge: tuple                      # one per level of ``unit_lower_inverse``
+    C: int
+    block: int
+    causal: torch.Tensor              # [C, C]  j <= i
+    strict: torch.Tensor              # [C, C]  j < i
+    block_strict: torch.Tensor        # [block, block]  j < i
+    block_merge: tuple                # merge masks of the levels inside a diagonal block
+    outer_merge: tuple                # merge masks of the levels across diagonal blocks ([C, C])
+    block_eye: torch.Tensor           # [nb, 1, nb, 1]: places nb blocks on the diagonal
+
+    @property
+    def nb(self) -> int:
+        return self.C // self.block
 
     @classmethod
     def of(cls, C: int) -> "ChunkMasks":
+        block = DIAG_BLOCK if C % DIAG_BLOCK == 0 else C
         i = torch.arange(C)
-        row, col = i[:, None], i[None, :]
-        merge, b = [], 1
-        while b < C:
-            # the lower-left b x b block inside every 2b x 2b diagonal block
-            m = (row // (2 * b) == col // (2 * b)) & (row // b == col // b + 1)
-            merge.append(m.float())
-            b *= 2
-        return cls(col <= row, col < row, tuple(merge))
+        j = torch.arange(block)
+        nb = C // block
+        return cls(C, block, i[None, :] <= i[:, None], i[None, :] < i[:, None], j[None, :] < j[:, None],
+                   _merge_masks(block, 1), _merge_masks(C, block), torch.eye(nb).reshape(nb, 1, nb, 1))
 
 
-def _box(mask: torch.Tensor, c):
-    return pypto.view(pypto.constant(mask), list(mask.shape), [0, 0], valid_shape=[c, c])
-
-
-def unit_lower_inverse(A, masks: ChunkMasks, c):
-    """(I + A)^-1 for A [..., c, c] strictly lower triangular (c <= C), by recursive block merging.
-
-    Level l treats the matrix as 2^l x 2^l blocks and holds X = the inverse of I + (A restricted
-    to its diagonal blocks of size b = 2^l). Two neighbouring diagonal blocks merge by
-        inv([[I + A11, 0], [A21, I + A22]]) = [[X11, 0], [-X22 A21 X11, X22]],
-    which for all blocks at once is X <- X - X (A * M_l) X with M_l the mask of the A21 blocks.
-    log2(C) levels of two matmuls each; unlike a power series (I - A)(I + A^2)(I + A^4)... it
-    never forms powers of A, whose entries grow like binomial coefficients and cancel
-    catastrophically in fp32 when keys repeat (beta near 1, no decay). The error is that of
-    forward substitution. A tail chunk uses the [:c, :c] box of every mask: the block structure
-    of a leading sub-matrix is the same.
-    """
-    X = None
-    for m in masks.merge:
-        E = A * _box(m, c)
-        # level 0 starts from X = I: X - I E I = I - E
-        X = (_box(torch.eye(m.shape[0]), c) - E) if X is None else X - pypto.matmul(pypto.matmul(X, E), X)
-    if X is None:                                          # C == 1: A is empty
-        X = _box(torch.eye(1), c) + 0 * A
+def _merge_levels(X, A, masks):
+    """Merge diagonal blocks level by level: X <- X - X (A * M) X (see ``unit_lower_inverse``)."""
+    for m in masks:
+        E = A * pypto.constant(m)
+        X = pypto.constant(torch.eye(m.shape[0])) - E if X is None else X - pypto.matmul(pypto.matmul(X, E), X)
     return X
+
+
+def unit_lower_inverse(A, A_diag, masks: ChunkMasks):
+    """(I + A)^-1 for A [..., C, C] strictly lower triangular, given its diagonal blocks
+    A_diag [..., nb, block, block] (computed separately: they come cheaply from the keys).
+
+    Recursive block merging: with X the inverse of I + (A restricted to diagonal blocks of size b),
+    two neighbouring blocks merge by inv([[I + A11, 0], [A21, I + A22]]) = [[X11, 0], [-X22 A21 X11, X22]],
+    for all pairs at once X <- X - X (A * M_b) X, M_b the mask of the A21 blocks. The levels
+    b = 1 .. block/2 run on the small diagonal blocks (batched), the levels b = block .. C/2 on the
+    whole chunk. Unlike a power series (I - A)(I + A^2)(I + A^4)..., no power of A is ever formed
+    (their entries grow like binomial coefficients and cancel catastrophically in fp32 when keys
+    repeat with beta near 1 and no decay); the error is that of forward substitution.
+    """
+    X_diag = _merge_levels(None, A_diag, masks.block_merge)
+    if X_diag is None:                                   # block == 1: the inverse of [1] is [1]
+        X_diag = A_diag * 0.0 + 1.0
+    if masks.nb == 1:
+        return X_diag.reshape(*A.shape)
+    lead = list(X_diag.shape[:-3])
+    b, nb = masks.block, masks.nb
+    X = (X_diag.reshape(*lead, nb, b, 1, b) * pypto.constant(masks.block_eye)).reshape(*A.shape)
+    return _merge_levels(X, A, masks.outer_merge)
 
 
 # ----------------------------------------------------------------------------------------------
 # One chunk of the gated delta rule
 # ----------------------------------------------------------------------------------------------
 
-def gated_delta_chunk(q, k, v, g, beta, S, *, scale: float, masks: ChunkMasks, c):
-    """One chunk, all heads at once (fp32 in, fp32 out). Shapes as in the module docstring.
-    Returns (o [B, H, r, c, V], S_next [B, H, r, K, V])."""
-    G = pypto.cumsum(g, -1)                                        # [B, H, r, c]
-    diff = G.unsqueeze(-1) - G.unsqueeze(-2)                       # G_i - G_j
-    decay = pypto.exp(pypto.where(_box(masks.causal, c), diff, NEG_INF))
-    kk = pypto.matmul(k, k, b_trans=True)                        # [B, H, 1, c, c]
-    A = pypto.where(_box(masks.strict, c), beta.unsqueeze(-1) * kk * decay, 0.0)
-    Tinv = unit_lower_inverse(A, masks, c)                         # [B, H, r, c, c]
+def _last(x):
+    """x[..., -1:] (the last of a static last dim)."""
+    n = x.shape[-1]
+    return pypto.view(x, list(x.shape[:-1]) + [1], [0] * (x.ndim - 1) + [n - 1])
+
+
+def _decay(G, mask: torch.Tensor):
+    """exp(G_i - G_j) where mask[i, j], else 0: the difference is masked to -inf before the exp."""
+    return pypto.exp(pypto.where(pypto.constant(mask), G.unsqueeze(-1) - G.unsqueeze(-2), NEG_INF))
+
+
+def gated_delta_chunk(q, k, v, g, beta, S, *, scale: float, masks: ChunkMasks):
+    """One chunk in fp32, any leading (batch) dims that broadcast: q, k [..., C, K]; v [..., C, V];
+    g, beta [..., C]; S [..., K, V]. Returns (o [..., C, V], S_next [..., K, V])."""
+    C, K = masks.C, k.shape[-1]
+    G = pypto.cumsum(g, -1)                                         # in-chunk cumulative log decay
+    decay = _decay(G, masks.causal)                                 # [..., C, C]
+    beta_col = beta.unsqueeze(-1)
+    A = pypto.where(pypto.constant(masks.strict), beta_col * pypto.matmul(k, k, b_trans=True) * decay, 0.0)
+    # the diagonal blocks again, from the keys of each block (cheaper than cutting them out of A)
+    nb, b = masks.nb, masks.block
+    lead_k, lead_g = list(k.shape[:-2]), list(G.shape[:-1])
+    k_blocks = k.reshape(*lead_k, nb, b, K)
+    G_blocks = G.reshape(*lead_g, nb, b)
+    A_diag = beta.reshape(*lead_g, nb, b).unsqueeze(-1) * pypto.matmul(k_blocks, k_blocks, b_trans=True) \
+        * _decay(G_blocks, masks.block_strict)
+    T = unit_lower_inverse(A, A_diag, masks)                        # [..., C, C]
     eG = pypto.exp(G)
-    U = pypto.matmul(Tinv, beta.unsqueeze(-1) * v)                 # [B, H, r, c, V]
-    W = pypto.matmul(Tinv, (beta * eG).unsqueeze(-1) * k)          # [B, H, r, c, K]
-    D = U - pypto.matmul(W, S)                                     # [B, H, r, c, V]
+    U = pypto.matmul(T, beta_col * v)                               # [..., C, V]
+    W = pypto.matmul(T, (beta * eG).unsqueeze(-1) * k)              # [..., C, K]
+    D = U - pypto.matmul(W, S)                                      # [..., C, V]
     qs = q * scale
-    attn = pypto.matmul(qs, k, b_trans=True) * decay             # [B, H, r, c, c]
+    attn = pypto.matmul(qs, k, b_trans=True) * decay                # [..., C, C]
     o = pypto.matmul(qs * eG.unsqueeze(-1), S) + pypto.matmul(attn, D)
-    G_last = pypto.view(G, list(G.shape[:-1]) + [1], [0, 0, 0, c - 1])   # the last valid token
-    k_to_end = k * pypto.exp(G_last - G).unsqueeze(-1)            # [B, H, r, c, K]
+    G_last = _last(G)                                               # the last valid token's (padding has g = 0)
+    k_to_end = k * pypto.exp(G_last - G).unsqueeze(-1)              # [..., C, K]
     S_next = pypto.exp(G_last).unsqueeze(-1) * S + pypto.matmul(k_to_end, D, a_trans=True)
     return o, S_next
 
 
-def chunk_gated_delta_rule(q, k, v, g, beta, state, o, sequences, *, scale: float, chunk_size: int,
-                           use_qk_l2norm: bool):
-    """Chunked gated delta rule over ``sequences`` [(batch row or None for all rows, state row,
-    start, length)]: q, k [B, T, H, K]; v, o [B, T, HV, V]; g, beta [B, T, HV]; state [N, HV, K, V]
-    fp32, read as the initial state and overwritten with the final one; o is written."""
-    H, K = q.shape[2], q.shape[3]
-    HV, V = v.shape[2], v.shape[3]
-    r = HV // H
-    C = chunk_size
-    masks = ChunkMasks.of(C)
-    for row, state_row, start, length in sequences:
-        qq, kk, vv, gg, bb = (x if row is None else x[row:row + 1] for x in (q, k, v, g, beta))
-        B = qq.shape[0]
-        for i in pypto.loop(pypto.ceildiv(length, C), name="chunk"):
-            c = sym.smin(C, length - i * C)
-            t0 = start + i * C
+# ----------------------------------------------------------------------------------------------
+# Drivers: loops over sequences, heads and chunks
+# ----------------------------------------------------------------------------------------------
 
-            def chunk_of(x):
-                return fp32(time_box(x, t0, c, C))
-            qc, kc = chunk_of(qq), chunk_of(kk)
+def _rows(sequences, batch):
+    """Expand (None = every batch row) sequences to one entry per batch row, for per-head loops:
+    yields (row, state row, start, length) with row possibly a loop index."""
+    for row, state_row, start, length in sequences:
+        if row is None:
+            for b in pypto.loop(batch, name="row"):
+                yield b, b, start, length
+        else:
+            yield row, state_row, start, length
+
+
+def chunk_gated_delta_rule(q: Heads, k: Heads, v: Heads, g: Heads, beta: Heads, state, o: Heads, sequences, *,
+                           scale: float, chunk_size: int, use_qk_l2norm: bool, per_head: bool = False):
+    """Chunked gated delta rule over ``sequences`` [(batch row or None for all rows, state row, start,
+    length)]. state [N*HV*K, V] fp32 holds the initial states and is overwritten with the final ones;
+    o is written. See the module docstring for operands and layouts."""
+    H, K, HV, V = q.heads, q.dim, v.heads, v.dim
+    r, C = HV // H, chunk_size
+    masks = ChunkMasks.of(C)
+    batch = q.tensor.shape[0]
+    if per_head:
+        for row, state_row, start, length in _rows(sequences, batch):
+            for h in pypto.loop(HV, name="head"):
+                kh = sym.floordiv(h, r)                              # the key head of value head h
+                s_row = (state_row * HV + h) * K
+                for i in pypto.loop(pypto.ceildiv(length, C), name="chunk"):
+                    c, t0 = sym.smin(C, length - i * C), start + i * C
+                    qc, kc = load_head(q, row, t0, c, C, kh), load_head(k, row, t0, c, C, kh)
+                    if use_qk_l2norm:
+                        qc, kc = l2norm(qc), l2norm(kc)
+                    S = pypto.view(state, [K, V], [s_row, 0])       # read in the body: carried over chunks
+                    oc, S_next = gated_delta_chunk(qc, kc, load_head(v, row, t0, c, C, h),
+                                                   load_head(g, row, t0, c, C, h), load_head(beta, row, t0, c, C, h),
+                                                   S, scale=scale, masks=masks)
+                    store_rows(oc.reshape(1, C, V), o, row, t0, c, o.col0 + h * V)
+                    pypto.assemble(S_next, [s_row, 0], state)
+        return
+    for row, state_row, start, length in sequences:
+        rows, row0 = (batch, 0) if row is None else (1, row)
+        for i in pypto.loop(pypto.ceildiv(length, C), name="chunk"):
+            c, t0 = sym.smin(C, length - i * C), start + i * C
+            qc, kc = (load_all_heads(x, rows, row0, t0, c, C, H) for x in (q, k))        # [B, H, 1, C, K]
             if use_qk_l2norm:
                 qc, kc = l2norm(qc), l2norm(kc)
-            qc, kc = split_heads(qc, H), split_heads(kc, H)         # [B, H, 1, c, K]
-            vc = split_heads(chunk_of(vv), H)
-            gc = split_heads_scalar(chunk_of(gg), H)
-            bc = split_heads_scalar(chunk_of(bb), H)
-            # read inside the body: the state tensor is carried from one chunk to the next
-            S = pypto.view(state, [B, HV, K, V], [state_row, 0, 0, 0]).reshape(B, H, r, K, V)
-            oc, S_next = gated_delta_chunk(qc, kc, vc, gc, bc, S, scale=scale, masks=masks, c=c)
-            pypto.assemble(pypto.cast(merge_heads(oc), o.dtype), [0 if row is None else row, t0, 0, 0], o)
-            pypto.assemble(S_next.reshape(B, HV, K, V), [state_row, 0, 0, 0], state)
+            vc, gc, bc = (load_all_heads(x, rows, row0, t0, c, C, H) for x in (v, g, beta))
+            S = pypto.view(state, [rows * HV * K, V], [state_row * HV * K, 0]).reshape(rows, H, r, K, V)
+            oc, S_next = gated_delta_chunk(qc, kc, vc, gc, bc, S, scale=scale, masks=masks)
+            oc = oc.reshape(rows, HV, C, V).permute(0, 2, 1, 3).reshape(rows, C, HV * V)
+            store_rows(oc, o, row0, t0, c, o.col0)
+            pypto.assemble(S_next.reshape(rows * HV * K, V), [state_row * HV * K, 0], state)
 
 
+def recurrent_step(q_col, k_col, v_row, g, beta, S):
+    """One token: S <- e^g S;  S <- S + k (beta (v - S^T k))^T;  o = S^T q. q_col, k_col [..., K, 1];
+    v_row [..., 1, V]; g, beta [..., 1, 1]; S [..., K, V]. Products with k and q are broadcast
+    multiplies + sums over K on the vector unit (a one-row matmul would waste the cube).
+    Returns (o [..., 1, V], S)."""
+    S = S * pypto.exp(g)
+    predicted = pypto.sum(k_col * S, -2, keepdim=True)              # S^T k
+    S = S + k_col * (beta * (v_row - predicted))
+    return pypto.sum(q_col * S, -2, keepdim=True), S
 
-# ----------------------------------------------------------------------------------------------
-# Token-by-token gated delta rule (decode)
-# ----------------------------------------------------------------------------------------------
 
-def recurrent_gated_delta_rule(q, k, v, g, beta, state, o, sequences, *, scale: float, use_qk_l2norm: bool):
-    """S <- e^g S;  S <- S + k (beta (v - S^T k))^T;  o = S^T (scale q), one token per iteration,
-    all heads at once, on the vector unit (products with k and q are broadcast-multiply + sum over
-    K: a one-row matmul would waste the cube). Arguments as ``chunk_gated_delta_rule``."""
-    H, K = q.shape[2], q.shape[3]
-    HV, V = v.shape[2], v.shape[3]
+def recurrent_gated_delta_rule(q: Heads, k: Heads, v: Heads, g: Heads, beta: Heads, state, o: Heads, sequences, *,
+                               scale: float, use_qk_l2norm: bool, per_head: bool = False):
+    """Token-by-token gated delta rule (decode); arguments as ``chunk_gated_delta_rule``."""
+    H, K, HV, V = q.heads, q.dim, v.heads, v.dim
     r = HV // H
+    batch = q.tensor.shape[0]
+    if per_head:
+        for row, state_row, start, length in _rows(sequences, batch):
+            for h in pypto.loop(HV, name="head"):
+                kh = sym.floordiv(h, r)
+                s_row = (state_row * HV + h) * K
+                for t in pypto.loop(length, name="token"):
+                    tt = start + t
+                    qt, kt = load_head(q, row, tt, 1, 1, kh), load_head(k, row, tt, 1, 1, kh)    # [1, K]
+                    if use_qk_l2norm:
+                        qt, kt = l2norm(qt), l2norm(kt)
+                    S = pypto.view(state, [K, V], [s_row, 0])
+                    ot, S = recurrent_step((qt * scale).reshape(K, 1), kt.reshape(K, 1), load_head(v, row, tt, 1, 1, h),
+                                           load_head(g, row, tt, 1, 1, h).reshape(1, 1),
+                                           load_head(beta, row, tt, 1, 1, h).reshape(1, 1), S)
+                    store_rows(ot.reshape(1, 1, V), o, row, tt, 1, o.col0 + h * V)
+                    pypto.assemble(S, [s_row, 0], state)
+        return
     for row, state_row, start, length in sequences:
-        qq, kk, vv, gg, bb = (x if row is None else x[row:row + 1] for x in (q, k, v, g, beta))
-        B = qq.shape[0]
+        rows, row0 = (batch, 0) if row is None else (1, row)
         for t in pypto.loop(length, name="token"):
             tt = start + t
-
-            def token_of(x):
-                return fp32(time_box(x, tt, 1, 1))
-            qt, kt = token_of(qq), token_of(kk)
+            qt, kt = (load_all_heads(x, rows, row0, tt, 1, 1, H) for x in (q, k))        # [B, H, 1, 1, K]
             if use_qk_l2norm:
                 qt, kt = l2norm(qt), l2norm(kt)
-            q_col = (qt * scale).reshape(B, H, 1, K, 1)
-            k_col = kt.reshape(B, H, 1, K, 1)
-            vt = token_of(vv).reshape(B, H, r, 1, V)
-            gt = token_of(gg).reshape(B, H, r, 1, 1)
-            bt = token_of(bb).reshape(B, H, r, 1, 1)
-            S = pypto.view(state, [B, HV, K, V], [state_row, 0, 0, 0]).reshape(B, H, r, K, V)
-            S = S * pypto.exp(gt)
-            predicted = pypto.sum(k_col * S, -2, keepdim=True)             # S^T k   [B, H, r, 1, V]
-            S = S + k_col * (bt * (vt - predicted))
-            ot = pypto.sum(q_col * S, -2, keepdim=True)                    # S^T q   [B, H, r, 1, V]
-            pypto.assemble(pypto.cast(ot.reshape(B, 1, HV, V), o.dtype), [0 if row is None else row, tt, 0, 0], o)
-            pypto.assemble(S.reshape(B, HV, K, V), [state_row, 0, 0, 0], state)
+            vt = load_all_heads(v, rows, row0, tt, 1, 1, H)                               # [B, H, r, 1, V]
+            gt, bt = (load_all_heads(x, rows, row0, tt, 1, 1, H).unsqueeze(-1) for x in (g, beta))
+            S = pypto.view(state, [rows * HV * K, V], [state_row * HV * K, 0]).reshape(rows, H, r, K, V)
+            ot, S = recurrent_step((qt * scale).reshape(rows, H, 1, K, 1), kt.reshape(rows, H, 1, K, 1),
+                                   vt, gt, bt, S)
+            store_rows(ot.reshape(rows, 1, HV * V), o, row0, tt, 1, o.col0)
+            pypto.assemble(S.reshape(rows * HV * K, V), [state_row * HV * K, 0], state)
 
 
 # ----------------------------------------------------------------------------------------------

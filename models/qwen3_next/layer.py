@@ -26,6 +26,7 @@ import pypto.nn.functional as F
 from pypto.frontend.context import is_tracing
 
 from . import kernels
+from .functional import default_per_head
 from .reference import GDNCache, Qwen3NextGDNConfig, split_projection_weights
 
 _HF_FUSED = ("in_proj_qkvz.weight", "in_proj_ba.weight")
@@ -36,10 +37,12 @@ class Qwen3NextGatedDeltaNet(nn.Module):
     """One GDN layer. ``layer(x)`` prefills; ``layer(x, cache)`` fills or continues a ``GDNCache``
     (T == 1 with a filled cache is a decode step through the recurrent kernel). x [B, T, hidden]."""
 
-    def __init__(self, config: Optional[Qwen3NextGDNConfig] = None, dtype=torch.float32, chunk_size: int = 64):
+    def __init__(self, config: Optional[Qwen3NextGDNConfig] = None, dtype=torch.float32, chunk_size: int = 64,
+                 per_head: Optional[bool] = None):
         super().__init__()
         c = self.config = config or Qwen3NextGDNConfig()
         self.chunk_size = chunk_size
+        self.per_head = per_head            # kernels' head layout; None: chosen by the backend
         hid = c.hidden_size
         self.in_proj_qkv = nn.Linear(hid, c.conv_dim, bias=False, dtype=dtype)
         self.in_proj_z = nn.Linear(hid, c.value_dim, bias=False, dtype=dtype)
@@ -112,10 +115,12 @@ class Qwen3NextGatedDeltaNet(nn.Module):
             cache.conv_state = torch.zeros(B, c.conv_dim, c.linear_conv_kernel_dim - 1, dtype=hidden_states.dtype)
             cache.recurrent_state = torch.zeros(B, c.linear_num_value_heads, c.linear_key_head_dim,
                                                 c.linear_value_head_dim, dtype=torch.float32)
-        return super().__call__(hidden_states, cache.conv_state, cache.recurrent_state, decode)
+        # the kernel keeps the state 2-D, [B*HV*K, V]: a view of the cache's storage, written in place
+        state = cache.recurrent_state.view(-1, c.linear_value_head_dim)
+        return super().__call__(hidden_states, cache.conv_state, state, decode)
 
     def forward(self, hidden_states, conv_state=None, recurrent_state=None, decode: bool = False):
-        """conv_state [B, conv_dim, W-1] and recurrent_state [B, HV, K, V] fp32 are read and updated in
+        """conv_state [B, conv_dim, W-1] and recurrent_state [B*HV*K, V] fp32 are read and updated in
         place when given (the cache); without them the layer starts from zeros."""
         c = self.config
         x = hidden_states
@@ -137,24 +142,26 @@ class Qwen3NextGatedDeltaNet(nn.Module):
             y, final = kernels.causal_conv1d(mixed_qkv, conv_w, None, conv_state, activation="silu")
             if conv_state is not None and final is not None:
                 conv_state[...] = final
-        y = pypto.cast(y, x.dtype)
-        q = y[:, :, :c.key_dim].reshape(B, T, H, K)
-        k = y[:, :, c.key_dim:2 * c.key_dim].reshape(B, T, H, K)
-        v = y[:, :, 2 * c.key_dim:].reshape(B, T, HV, V)
+        y = pypto.cast(y, x.dtype)                                             # [B, T, q | k | v]
 
         g = -pypto.exp(kernels.fp32(self.A_log)) * pypto.softplus(kernels.fp32(a) + kernels.fp32(self.dt_bias))
         beta = pypto.sigmoid(kernels.fp32(b))
 
-        state = recurrent_state if recurrent_state is not None else pypto.zeros(B, HV, K, V)
-        o = pypto.zeros(B, T, HV, V, dtype=x.dtype)
-        rule = dict(scale=K ** -0.5, use_qk_l2norm=True)
-        sequences = [(None, 0, 0, T)]
+        Heads = kernels.Heads
+        q, k, v = Heads(y, H, K, 0), Heads(y, H, K, c.key_dim), Heads(y, HV, V, 2 * c.key_dim)
+        state = recurrent_state if recurrent_state is not None else pypto.zeros(B * HV * K, V)
+        o = pypto.zeros(B, T, HV * V, dtype=x.dtype)
+        per_head = self.per_head
+        if per_head is None:
+            per_head = default_per_head(self._compile_options.get("backend"))
+        args = (q, k, v, Heads(g, HV, 1), Heads(beta, HV, 1), state, Heads(o, HV, V), [(None, 0, 0, T)])
+        options = dict(scale=K ** -0.5, use_qk_l2norm=True, per_head=per_head)
         if decode:
-            kernels.recurrent_gated_delta_rule(q, k, v, g, beta, state, o, sequences, **rule)
+            kernels.recurrent_gated_delta_rule(*args, **options)
         else:
-            kernels.chunk_gated_delta_rule(q, k, v, g, beta, state, o, sequences, chunk_size=self.chunk_size, **rule)
+            kernels.chunk_gated_delta_rule(*args, chunk_size=self.chunk_size, **options)
 
-        o = gated_rms_norm(o, z, self.norm.weight, c.rms_norm_eps)            # [B, T, HV, V]
+        o = gated_rms_norm(o.reshape(B, T, HV, V), z, self.norm.weight, c.rms_norm_eps)
         return F.linear(o.reshape(B, T, c.value_dim), self.out_proj.weight)
 
 
