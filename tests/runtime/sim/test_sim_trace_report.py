@@ -1,0 +1,75 @@
+"""The Chrome-trace JSON (what Perfetto opens) and the Report."""
+import json
+
+import torch
+
+from pypto import dtypes
+from pypto.runtime import sim
+from pypto.runtime.report import Report, last_report
+from pypto.runtime.sim import samples as S
+
+F16 = dtypes.float16
+
+
+def _mix_run(**kw):
+    k = S.matmul_relu_kernel(128, 64, 64, 64, 64, 32)
+    args = {"a": torch.randn(128, 64).half(), "b": torch.randn(64, 64).half(), "ws": torch.empty(128, 64),
+            "out": torch.empty(128, 64, dtype=torch.float16)}
+    return sim.run_kernel(k, args, {}, block_dim=2, **kw)
+
+
+def test_trace_is_chrome_trace_json_with_a_track_per_core_and_pipe(tmp_path):
+    path = tmp_path / "trace.json"
+    _, rep = _mix_run(trace=str(path))
+    assert rep.trace_file == str(path)
+    data = json.loads(path.read_text())
+    events = data["traceEvents"]
+    assert isinstance(events, list) and events
+    slices = [e for e in events if e["ph"] == "X"]
+    meta = [e for e in events if e["ph"] == "M"]
+    for e in slices:
+        assert {"name", "ph", "ts", "dur", "pid", "tid"} <= set(e)
+        assert isinstance(e["ts"], (int, float)) and e["dur"] >= 0
+    procs = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta if e["name"] == "thread_name"}
+    # every slice sits on a named process and thread
+    for e in slices:
+        assert e["pid"] in procs and (e["pid"], e["tid"]) in threads
+    assert {"AICPU", "AIC0", "AIC1", "AIV0", "AIV1", "AIV2", "AIV3"} <= set(procs.values())
+    pipes = {threads[(e["pid"], e["tid"])] for e in slices if e["tid"] > 0 and e["pid"] != 0}
+    assert {"MTE2", "MTE1", "M", "FIX", "V", "MTE3"} <= pipes
+    instr = [e for e in slices if e["name"] == "TMATMUL_ACC"]
+    assert instr and instr[0]["args"]["block"] == "mm_part" and instr[0]["args"]["loc"] == "model.py:40"
+    tasks = [e for e in slices if e["tid"] == 0 and e["pid"] != 0]
+    assert len(tasks) == 6 and all(t["args"]["block"] in ("mm_part", "relu_part") for t in tasks)
+    assert any(e["name"].startswith("dispatch") and e["pid"] == 0 for e in slices)
+
+
+def test_trace_from_environment(tmp_path, monkeypatch):
+    path = tmp_path / "env_trace.json"
+    monkeypatch.setenv("PYPTO_TRACE", str(path))
+    _mix_run()
+    assert json.loads(path.read_text())["traceEvents"]
+
+
+def test_report_fields_table_and_last_report():
+    _, rep = _mix_run()
+    assert last_report() is rep
+    d = rep.to_dict()
+    for key in ("cycles", "time_us", "roofline_fraction", "utilization", "tasks", "gm_bytes", "flops", "wall_s"):
+        assert key in d
+    assert rep.cycles > 0 and abs(rep.time_us - rep.cycles / 1850) < 1e-6
+    assert 0 < rep.roofline_fraction <= 1
+    assert rep.flops == rep.cube_flops + rep.vector_ops and rep.cube_flops == 2 * 128 * 64 * 64
+    # inputs a, b and the stored params out and ws (run_kernel counts every stored param as an output), once
+    assert rep.min_gm_bytes == (128 * 64 + 64 * 64 + 128 * 64) * 2 + 128 * 64 * 4
+    assert set(rep.utilization) == {"AIC", "AIV"} and "M" in rep.utilization["AIC"]
+    assert all(0 <= v <= 1 for u in rep.utilization.values() for v in u.values())
+    text = str(rep)
+    assert "roofline fraction" in text and "utilisation AIC" in text
+
+
+def test_cpu_style_report_prints_without_simulated_figures():
+    r = Report(backend="cpu", wall_s=0.5)
+    assert r.cycles is None and r.roofline_fraction is None
+    assert "cpu" in str(r) and r.to_dict()["wall_s"] == 0.5
