@@ -362,9 +362,9 @@ def test_argument_errors():
          "B == 1", "mark:cu"),
         (lambda: chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=0),  # mark:chunk
          "chunk_size", "mark:chunk"),
-        (lambda: causal_conv1d(q[0], torch.randn(2, 4)),  # mark:conv
+        (lambda: causal_conv1d(q[0, 0], torch.randn(2, 4)),  # mark:conv
          "channels last", "mark:conv"),
-        (lambda: causal_conv1d_update(q[0, 0], torch.zeros(2, 2, 1), torch.randn(2, 4)),  # mark:update
+        (lambda: causal_conv1d_update(q[0, 0], torch.zeros(2, 2, 1), torch.randn(8, 4)),  # mark:update
          "conv_state", "mark:update"),
     ]
     for fn, message, marker in cases:
