@@ -2,8 +2,9 @@
 
 * a cast to the value's own dtype, or a round trip through an exact widening (f16 -> f32 -> f16),
   disappears;
-* a reduction over several dims that does not fit one tile becomes single-dim reductions (from the
-  innermost dim out, accumulating fp16/bf16 in fp32 as the single reduction would);
+* a reduction over several dims that are not neighbours, or that do not fit one tile, becomes
+  single-dim reductions (from the innermost dim out, accumulating fp16/bf16 in fp32 as the single
+  reduction would);
 * ``argmax`` over the whole of a tensor of rank > 1 reduces its flattened form;
 * dead nodes drop out (rebuild keeps only what the outputs need).
 """
@@ -58,7 +59,8 @@ def _split_reduce(g, nid, ins):
         total = total * shape[d] if isinstance(shape[d], int) and isinstance(total, int) else None
         if total is None:
             break
-    if total is not None and total <= WHOLE_LIMIT:
+    contiguous = all(b - a == 1 or all(is_one(shape[k]) for k in range(a + 1, b)) for a, b in zip(real, real[1:]))
+    if total is not None and total <= WHOLE_LIMIT and contiguous:
         return None
     op = g.op(nid)
     x = ins[0]

@@ -174,18 +174,46 @@ def _try_merge(g, groups, group_of, spaces, gp: Group, gc: Group, ub) -> bool:
         return False
     if _min_footprint(g, spaces, gp.nodes + gc.nodes, whole, ren) * 2 > ub:
         return False
-    # commit: identify the paired dims
+    # commit: identify the paired dims (undone if the merged group has no tiling)
+    undo = []
     for a, b in pairs:
         a, b = a.find(), b.find()
         if a is not b:
             if rename is not None:
+                undo.append((a, a.parent))
                 a.parent = b          # gp's dims take gc's identity
             else:
+                undo.append((b, b.parent))
                 b.parent = a
+    saved = (gc.dims, gc.whole, gc.seq, gc.seq_node)
     gc.dims = [d.find() for d in merged_dims]
     gc.whole = {d.find() for d in gp.whole | gc.whole}
     if gp.seq is not None:
         gc.seq, gc.seq_node = gp.seq.find(), gp.seq_node
+    if not _tileable(g, spaces, gp.nodes + gc.nodes, gc):
+        for d, parent in reversed(undo):
+            d.parent = parent
+        gc.dims, gc.whole, gc.seq, gc.seq_node = saved
+        return False
+    return True
+
+
+def _tileable(g, spaces, nodes, grp) -> bool:
+    """Whole dims must land on the tile's two axes once neighbouring dims collapse."""
+    from .vector_tiling import canonical_axes
+    presences, pinned = [], set()
+    for n in nodes:
+        sp = spaces[n]
+        presences.append({d.find() for d in sp.out_map if d is not None})
+        for m in sp.in_maps:
+            presences.append({d.find() for d in m if d is not None})
+        pinned |= {d.find() for d in sp.scans}
+        if g.op(n) in ("tril", "triu"):
+            pinned |= {d.find() for d in sp.out_map[-2:] if d is not None}
+    try:
+        canonical_axes(grp.roots(), presences, [], pinned)
+    except CompileError:
+        return False
     return True
 
 
@@ -218,18 +246,33 @@ def _creates_cycle(g, group_of, gp, gc) -> bool:
 
 
 def _min_footprint(g, spaces, nodes, whole, ren) -> int:
-    """Bytes of every value of the group at its smallest tile: whole dims full, others one element
-    (the innermost extent rounded up to 32 bytes)."""
-    total = 0
+    """Peak bytes of the group's live values at their smallest tiles (whole dims full, the others one
+    element, the innermost extent rounded up to 32 bytes): inputs from their first to last use,
+    results to their last use in the group (to the end when stored for others)."""
+    nodes = sorted(nodes)
     members = set(nodes)
-    seen = set()
+    pos = {n: i for i, n in enumerate(nodes)}
+    first, last, size = {}, {}, {}
+    end = len(nodes)
     for n in nodes:
         for k, src in enumerate(g.node(n)["inputs"]):
-            if src not in members and src not in seen and g.op(src) != "scalar":
-                seen.add(src)
-                total += _value_bytes(g.info(src).dtype.itemsize, spaces[n].in_maps[k], whole, ren)
-        total += _value_bytes(g.info(n).dtype.itemsize, spaces[n].out_map, whole, ren)
-    return total
+            if g.op(src) == "scalar" and src not in members:
+                continue
+            key = src
+            if src not in members and key not in size:
+                size[key] = _value_bytes(g.info(src).dtype.itemsize, spaces[n].in_maps[k], whole, ren)
+                first[key] = pos[n]
+            last[key] = pos[n]
+        size[n] = _value_bytes(g.info(n).dtype.itemsize, spaces[n].out_map, whole, ren)
+        first[n] = pos[n]
+        last.setdefault(n, pos[n])
+        if any(u not in members for u in g.users(n)) or not g.users(n):
+            last[n] = end
+    live = [0] * (end + 1)
+    for key, nbytes in size.items():
+        for i in range(first[key], last[key] + 1):
+            live[i] += nbytes
+    return max(live)
 
 
 def _value_bytes(itemsize, amap, whole, ren) -> int:

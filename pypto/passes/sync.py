@@ -143,10 +143,18 @@ def insert_sync(block: Block, machine) -> Block:
                     continue      # ordered within the iteration already
                 k = (a.pipe, b.pipe, eb)
                 want[k] = max(want.get(k, -1), ea)
+        # one event per (pipes, wait point, set point); a hazard whose producer is signalled no later
+        # than an event's set and whose consumer comes no earlier than its wait rides on that event
+        chosen = defaultdict(list)
         for (src, dst, eb), ea in sorted(want.items(), key=lambda kv: (kv[0][2], str(kv[0][0]), str(kv[0][1]))):
-            lid, li = loop_path[-1]
-            events.append([src, dst, [("before", lid, li), ("after", body_id, ea)],
-                           [("before", body_id, eb), ("after", lid, li)], (lo - 1, hi + 1)])
+            if any(b0 <= eb and a0 >= ea for b0, a0 in chosen[(src, dst)]):
+                continue
+            chosen[(src, dst)].append((eb, ea))
+        lid, li = loop_path[-1]
+        for (src, dst), evs in chosen.items():
+            for eb, ea in evs:
+                events.append([src, dst, [("before", lid, li), ("after", body_id, ea)],
+                               [("before", body_id, eb), ("after", lid, li)], (lo - 1, hi + 1)])
 
     _assign_ids(events, machine)
     for src, dst, sets, waits, _iv, ev in events:
