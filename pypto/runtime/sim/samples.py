@@ -181,6 +181,21 @@ def rms_norm_kernel(rows, cols, tile_rows, dtype=float16, eps=1e-6, buffers=2) -
                           setup=setup)
 
 
+def swiglu_kernel(rows, cols, tile_rows, dtype=float16, buffers=2) -> Kernel:
+    """g = silu(a) * b = a * sigmoid(a) * b row tile by row tile, in fp32 (the gated MLP's middle)."""
+    def compute(b, T):
+        af, bf = f"af{b}", f"bf{b}"
+        return [instr("TCVT", [af, f"a{b}"], T, loc=loc(21)),
+                instr("TCVT", [bf, f"b{b}"], T, loc=loc(22)),
+                instr("TMUL", [bf, bf, af], T, loc=loc(23)),
+                instr("TSIGMOID", [af, af], T, loc=loc(24)),
+                instr("TMUL", [af, af, bf], T, loc=loc(25)),
+                instr("TCVT", [f"g{b}", af], T, loc=loc(26))]
+    scratch = [("af", float32, cols, None), ("bf", float32, cols, None)]
+    return _stream_kernel("swiglu", rows, cols, tile_rows, [("a", dtype), ("b", dtype)], [("g", dtype)], compute,
+                          scratch, buffers)
+
+
 # ---------------------------------------------------------------------------------- cube
 def matmul_kernel(m, n, k, tm=128, tn=128, tk=64, dtype=float16, out_dtype=float32, buffers=2,
                   name="matmul") -> Kernel:
