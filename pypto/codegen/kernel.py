@@ -61,10 +61,10 @@ class BlockEmitter:
 
     # ------------------------------------------------------------------ naming
     def _name_everything(self):
+        for t in self.block.tiles:      # tiles are on every instruction line: they keep their names
+            self.names[("tile", t.name)] = self.namer.name(("tile", t.name), t.name)
         for g in self.block.gm_params:
             self.names[("gm", g.name)] = self.namer.name(("gm", g.name), g.name)
-        for t in self.block.tiles:
-            self.names[("tile", t.name)] = self.namer.name(("tile", t.name), t.name)
         for g in self.block.gm_params:
             base = self.names[("gm", g.name)]
             self.names[("dims", g.name)] = self.namer.name(("dims", g.name), f"{base}_dims")
@@ -93,39 +93,50 @@ class BlockEmitter:
 
     # ------------------------------------------------------------------ body
     def emit_body(self, stmts, depth: int, bound: set[str]):
-        pad = INDENT * depth
         for s in stmts:
-            if isinstance(s, Instr):
-                self.refresh_valid(s, pad, bound)
-                self.emit_instr(s, pad)
-            elif isinstance(s, For):
-                self.emit_for(s, depth, bound)
-            elif isinstance(s, If):
-                self._track(s.cond)
-                self.lines.append(f"{pad}if ({self.expr.cond(s.cond)}) {{{_loc_comment(s.loc)}")
-                before = set(self.fresh)
-                self.emit_body(s.then_body, depth + 1, bound)
-                after_then, self.fresh = self.fresh, before
-                if s.else_body:
-                    self.lines.append(f"{pad}}} else {{")
-                    self.emit_body(s.else_body, depth + 1, bound)
-                self.fresh &= after_then
-                self.lines.append(f"{pad}}}")
-            elif isinstance(s, (SetFlag, WaitFlag)):
-                if not 0 <= s.event < MAX_EVENTS:
-                    raise CompileError(f"event id {s.event} is out of range 0..{MAX_EVENTS - 1}", loc=s.loc)
-                fn = "set_flag" if isinstance(s, SetFlag) else "wait_flag"
-                self.lines.append(f"{pad}{fn}({_pipe(s.src)}, {_pipe(s.dst)}, EVENT_ID{s.event});"
-                                  f"{_loc_comment(s.loc)}")
-            elif isinstance(s, PipeBarrier):
-                self.lines.append(f"{pad}pipe_barrier({_pipe(s.pipe)});{_loc_comment(s.loc)}")
-            elif isinstance(s, CrossCoreSetFlag):
-                self.lines.append(f"{pad}pypto::cross_core_set({_pipe(s.pipe)}, {s.flag});{_loc_comment(s.loc)}")
-            elif isinstance(s, CrossCoreWaitFlag):
-                self.lines.append(f"{pad}pypto::cross_core_wait({_pipe(s.pipe)}, {s.flag});{_loc_comment(s.loc)}")
-            else:
-                raise CompileError(f"block {self.block.name}: cannot generate code for {type(s).__name__}",
-                                   loc=getattr(s, "loc", None))
+            try:
+                self.emit_stmt(s, depth, bound)
+            except CompileError as e:
+                if getattr(e, "_located", False):
+                    raise
+                err = CompileError(f"block {self.block.name}: {e.message}",
+                                   loc=getattr(s, "loc", None) or self.block.loc or e.loc, hint=e.hint)
+                err._located = True
+                raise err from None
+
+    def emit_stmt(self, s, depth: int, bound: set[str]):
+        pad = INDENT * depth
+        if isinstance(s, Instr):
+            self.refresh_valid(s, pad, bound)
+            self.emit_instr(s, pad)
+        elif isinstance(s, For):
+            self.emit_for(s, depth, bound)
+        elif isinstance(s, If):
+            self._track(s.cond)
+            self.lines.append(f"{pad}if ({self.expr.cond(s.cond)}) {{{_loc_comment(s.loc)}")
+            before = set(self.fresh)
+            self.emit_body(s.then_body, depth + 1, bound)
+            after_then, self.fresh = self.fresh, before
+            if s.else_body:
+                self.lines.append(f"{pad}}} else {{")
+                self.emit_body(s.else_body, depth + 1, bound)
+            self.fresh &= after_then
+            self.lines.append(f"{pad}}}")
+        elif isinstance(s, (SetFlag, WaitFlag)):
+            if not 0 <= s.event < MAX_EVENTS:
+                raise CompileError(f"event id {s.event} is out of range 0..{MAX_EVENTS - 1}", loc=s.loc)
+            fn = "set_flag" if isinstance(s, SetFlag) else "wait_flag"
+            self.lines.append(f"{pad}{fn}({_pipe(s.src)}, {_pipe(s.dst)}, EVENT_ID{s.event});"
+                              f"{_loc_comment(s.loc)}")
+        elif isinstance(s, PipeBarrier):
+            self.lines.append(f"{pad}pipe_barrier({_pipe(s.pipe)});{_loc_comment(s.loc)}")
+        elif isinstance(s, CrossCoreSetFlag):
+            self.lines.append(f"{pad}pypto::cross_core_set({_pipe(s.pipe)}, {s.flag});{_loc_comment(s.loc)}")
+        elif isinstance(s, CrossCoreWaitFlag):
+            self.lines.append(f"{pad}pypto::cross_core_wait({_pipe(s.pipe)}, {s.flag});{_loc_comment(s.loc)}")
+        else:
+            raise CompileError(f"block {self.block.name}: cannot generate code for {type(s).__name__}",
+                               loc=getattr(s, "loc", None))
 
     def emit_for(self, s: For, depth: int, bound: set[str]):
         pad = INDENT * depth
