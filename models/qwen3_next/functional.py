@@ -103,12 +103,12 @@ def _operands(q, k, v, g, beta, o, heads):
             kernels.Heads(beta, HV, 1), kernels.Heads(o, HV, V))
 
 
-def _chunk_body(q, k, v, g, beta, state, o, lengths, state_rows, heads, scale, chunk_size, use_qk_l2norm,
-                per_head):
+def _chunk_body(q, k, v, g, beta, state, o, lengths, state_rows, heads, scale, chunk_size, cube_dtype,
+                use_qk_l2norm, per_head):
     q, k, v, g, beta, o = _operands(q, k, v, g, beta, o, heads)
     kernels.chunk_gated_delta_rule(q, k, v, g, beta, state, o, _sequences(q.tensor, lengths, state_rows),
                                    scale=scale, chunk_size=chunk_size, use_qk_l2norm=use_qk_l2norm,
-                                   per_head=per_head)
+                                   per_head=per_head, cube_dtype=cube_dtype)
 
 
 def _recurrent_body(q, k, v, g, beta, state, o, lengths, state_rows, heads, scale, use_qk_l2norm, per_head):
@@ -183,19 +183,22 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
                            initial_state: Optional[torch.Tensor] = None, output_final_state: bool = False,
                            cu_seqlens: Optional[torch.Tensor] = None, use_qk_l2norm_in_kernel: bool = False,
                            chunk_size: int = 64, *, backend: Optional[str] = None,
-                           per_head: Optional[bool] = None):
+                           per_head: Optional[bool] = None, cube_dtype=None):
     """Chunked gated delta rule (prefill), fla's signature.
 
     q, k [B, T, H, K]; v [B, T, HV, V] (HV a multiple of H); g (log decay, <= 0) and beta
     [B, T, HV]; initial_state [N, HV, K, V]; cu_seqlens [N + 1] with B = 1 packs N sequences.
     Returns (o [B, T, HV, V] in v's dtype, final state [N, HV, K, V] fp32 or None).
-    pypto options: ``backend`` (None: the current default) and ``per_head`` (the kernel's layout of
-    the heads, see ``kernels``; None: per head on compiled backends, batched on the interpreter).
+    pypto options: ``backend`` (None: the current default), ``per_head`` (the kernel's layout of
+    the heads, see ``kernels``; None: per head on compiled backends, batched on the interpreter) and
+    ``cube_dtype`` (e.g. pypto.bfloat16: round matmul operands to it; default None = fp32 matmuls,
+    see ``kernels.gated_delta_chunk`` for the accuracy trade).
     """
     if not isinstance(chunk_size, int) or chunk_size <= 0:
         _fail(f"chunk_size must be a positive int, got {chunk_size!r}")
     return _run_rule("chunk", q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
-                     use_qk_l2norm_in_kernel, backend, per_head, (chunk_size,))
+                     use_qk_l2norm_in_kernel, backend, per_head,
+                     (chunk_size, None if cube_dtype is None else pypto.dtypes.to_dtype(cube_dtype)))
 
 
 def fused_recurrent_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,

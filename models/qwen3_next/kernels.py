@@ -192,32 +192,42 @@ def _decay(G, mask: torch.Tensor):
     return pypto.exp(pypto.where(pypto.constant(mask), G.unsqueeze(-1) - G.unsqueeze(-2), NEG_INF))
 
 
-def gated_delta_chunk(q, k, v, g, beta, S, *, scale: float, masks: ChunkMasks):
+def gated_delta_chunk(q, k, v, g, beta, S, *, scale: float, masks: ChunkMasks, cube_dtype=None):
     """One chunk in fp32, any leading (batch) dims that broadcast: q, k [..., C, K]; v [..., C, V];
-    g, beta [..., C]; S [..., K, V]. Returns (o [..., C, V], S_next [..., K, V])."""
+    g, beta [..., C]; S [..., K, V]. Returns (o [..., C, V], S_next [..., K, V]).
+
+    ``cube_dtype`` (e.g. pypto.bfloat16): round the operands of the chunk's matmuls to it (fp32
+    accumulation), as flash-linear-attention does for bf16 models: 4x the fp32 cube rate, at a
+    relative error of a few 1e-3 (rounding the normalised keys alone costs that much). The
+    inverse (I + A)^-1 always runs in fp32. Default None: every matmul in fp32."""
+    def mm(a, b, **kw):
+        if cube_dtype is None:
+            return pypto.matmul(a, b, **kw)
+        return pypto.matmul(pypto.cast(a, cube_dtype), pypto.cast(b, cube_dtype), out_dtype=pypto.float32, **kw)
+
     C, K = masks.C, k.shape[-1]
     G = pypto.cumsum(g, -1)                                         # in-chunk cumulative log decay
     decay = _decay(G, masks.causal)                                 # [..., C, C]
     beta_col = beta.unsqueeze(-1)
-    A = pypto.where(pypto.constant(masks.strict), beta_col * pypto.matmul(k, k, b_trans=True) * decay, 0.0)
+    A = pypto.where(pypto.constant(masks.strict), beta_col * mm(k, k, b_trans=True) * decay, 0.0)
     # the diagonal blocks again, from the keys of each block (cheaper than cutting them out of A)
     nb, b = masks.nb, masks.block
     lead_k, lead_g = list(k.shape[:-2]), list(G.shape[:-1])
     k_blocks = k.reshape(*lead_k, nb, b, K)
     G_blocks = G.reshape(*lead_g, nb, b)
-    A_diag = beta.reshape(*lead_g, nb, b).unsqueeze(-1) * pypto.matmul(k_blocks, k_blocks, b_trans=True) \
+    A_diag = beta.reshape(*lead_g, nb, b).unsqueeze(-1) * mm(k_blocks, k_blocks, b_trans=True) \
         * _decay(G_blocks, masks.block_strict)
     T = unit_lower_inverse(A, A_diag, masks)                        # [..., C, C]
     eG = pypto.exp(G)
-    U = pypto.matmul(T, beta_col * v)                               # [..., C, V]
-    W = pypto.matmul(T, (beta * eG).unsqueeze(-1) * k)              # [..., C, K]
-    D = U - pypto.matmul(W, S)                                      # [..., C, V]
+    U = mm(T, beta_col * v)                               # [..., C, V]
+    W = mm(T, (beta * eG).unsqueeze(-1) * k)              # [..., C, K]
+    D = U - mm(W, S)                                      # [..., C, V]
     qs = q * scale
-    attn = pypto.matmul(qs, k, b_trans=True) * decay                # [..., C, C]
-    o = pypto.matmul(qs * eG.unsqueeze(-1), S) + pypto.matmul(attn, D)
+    attn = mm(qs, k, b_trans=True) * decay                # [..., C, C]
+    o = mm(qs * eG.unsqueeze(-1), S) + mm(attn, D)
     G_last = _last(G)                                               # the last valid token's (padding has g = 0)
     k_to_end = k * pypto.exp(G_last - G).unsqueeze(-1)              # [..., C, K]
-    S_next = pypto.exp(G_last).unsqueeze(-1) * S + pypto.matmul(k_to_end, D, a_trans=True)
+    S_next = pypto.exp(G_last).unsqueeze(-1) * S + mm(k_to_end, D, a_trans=True)
     return o, S_next
 
 
@@ -237,10 +247,12 @@ def _rows(sequences, batch):
 
 
 def chunk_gated_delta_rule(q: Heads, k: Heads, v: Heads, g: Heads, beta: Heads, state, o: Heads, sequences, *,
-                           scale: float, chunk_size: int, use_qk_l2norm: bool, per_head: bool = False):
+                           scale: float, chunk_size: int, use_qk_l2norm: bool, per_head: bool = False,
+                           cube_dtype=None):
     """Chunked gated delta rule over ``sequences`` [(batch row or None for all rows, state row, start,
     length)]. state [N*HV*K, V] fp32 holds the initial states and is overwritten with the final ones;
-    o is written. See the module docstring for operands and layouts."""
+    o is written. See the module docstring for operands and layouts; ``cube_dtype`` as in
+    ``gated_delta_chunk``."""
     H, K, HV, V = q.heads, q.dim, v.heads, v.dim
     r, C = HV // H, chunk_size
     masks = ChunkMasks.of(C)
@@ -258,7 +270,7 @@ def chunk_gated_delta_rule(q: Heads, k: Heads, v: Heads, g: Heads, beta: Heads, 
                     S = pypto.view(state, [K, V], [s_row, 0])       # read in the body: carried over chunks
                     oc, S_next = gated_delta_chunk(qc, kc, load_head(v, row, t0, c, C, h),
                                                    load_head(g, row, t0, c, C, h), load_head(beta, row, t0, c, C, h),
-                                                   S, scale=scale, masks=masks)
+                                                   S, scale=scale, masks=masks, cube_dtype=cube_dtype)
                     store_rows(oc.reshape(1, C, V), o, row, t0, c, o.col0 + h * V)
                     pypto.assemble(S_next, [s_row, 0], state)
         return
@@ -271,7 +283,7 @@ def chunk_gated_delta_rule(q: Heads, k: Heads, v: Heads, g: Heads, beta: Heads, 
                 qc, kc = l2norm(qc), l2norm(kc)
             vc, gc, bc = (load_all_heads(x, rows, row0, t0, c, C, H) for x in (v, g, beta))
             S = pypto.view(state, [rows * HV * K, V], [state_row * HV * K, 0]).reshape(rows, H, r, K, V)
-            oc, S_next = gated_delta_chunk(qc, kc, vc, gc, bc, S, scale=scale, masks=masks)
+            oc, S_next = gated_delta_chunk(qc, kc, vc, gc, bc, S, scale=scale, masks=masks, cube_dtype=cube_dtype)
             oc = oc.reshape(rows, HV, C, V).permute(0, 2, 1, 3).reshape(rows, C, HV * V)
             store_rows(oc, o, row0, t0, c, o.col0)
             pypto.assemble(S_next.reshape(rows * HV * K, V), [state_row * HV * K, 0], state)
@@ -335,6 +347,18 @@ def _activate(y, activation):
     return pypto.silu(y) if activation in ("silu", "swish") else y
 
 
+def _join(a, b, dim: int):
+    """concat([a, b], dim) written as assembles into a new tensor (the compiled backends do not
+    lower ``concat`` yet; ``assemble`` is what every loop's output writes use)."""
+    dim = dim % a.ndim
+    shape = list(a.shape)
+    shape[dim] = a.shape[dim] + b.shape[dim]
+    out = pypto.zeros(*shape, dtype=a.dtype)
+    pypto.assemble(a, [0] * a.ndim, out)
+    pypto.assemble(b, [a.shape[dim] if d == dim else 0 for d in range(a.ndim)], out)
+    return out
+
+
 def causal_conv1d(x, weight, bias, history, *, activation):
     """y[b, t] = act(bias + sum_w weight[:, w] * xx[b, t + w]) with xx = [history, x] along time.
     x [B, T, D]; weight [D, W]; bias [D] or None; history [B, D, W-1] or None (zeros).
@@ -344,7 +368,7 @@ def causal_conv1d(x, weight, bias, history, *, activation):
     xx = fp32(x)
     if W > 1:
         past = pypto.zeros(B, W - 1, D) if history is None else fp32(history).permute(0, 2, 1)
-        xx = pypto.concat([past, xx], dim=1)                                   # [B, W-1+T, D]
+        xx = _join(past, xx, 1)                                               # [B, W-1+T, D]
     wf = fp32(weight)
     y = None
     for w in range(W):                     # one shifted multiply-add per tap (W = 4 in Qwen3-Next)
@@ -363,11 +387,11 @@ def causal_conv1d_update(x, conv_state, weight, bias, *, activation):
     S = conv_state.shape[2]
     W = weight.shape[1]
     x_col = pypto.cast(x, conv_state.dtype).unsqueeze(-1)                  # [B, D, 1]
-    window = pypto.concat([conv_state[:, :, S - (W - 1):], x_col], dim=-1) if W > 1 else x_col
+    window = _join(conv_state[:, :, S - (W - 1):], x_col, -1) if W > 1 else x_col
     y = pypto.sum(fp32(window) * fp32(weight), -1)
     if bias is not None:
         y = y + fp32(bias)
     if S > 0:
-        shifted = pypto.concat([conv_state[:, :, 1:], x_col], dim=-1) if S > 1 else x_col
+        shifted = _join(conv_state[:, :, 1:], x_col, -1) if S > 1 else x_col
         pypto.assemble(shifted, [0, 0, 0], conv_state)
     return _activate(y, activation)
