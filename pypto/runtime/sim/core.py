@@ -36,6 +36,7 @@ from .program import BARRIER, INSTR, SET, WAIT, XSET, XWAIT, CROSS_CORE_FLAGS
 from .timing import NPIPES, PIPES, S_PIPE
 
 POISON = 0xFF
+GM_BUCKET_ROWS = 16
 
 
 class Core:
@@ -64,7 +65,8 @@ class Core:
 
 
 class CoreRun:
-    def __init__(self, unit, core: Core, cb, env: dict, gm: dict, t0: float, functional: bool, check: bool):
+    def __init__(self, unit, core: Core, cb, env: dict, gm: dict, t0: float, functional: bool, check: bool,
+                 slot: int = 0, n_slots: int = 1, gm_records=None):
         self.unit, self.core, self.cb = unit, core, cb
         self.free = [t0] * NPIPES
         self.done = [t0] * NPIPES
@@ -87,9 +89,13 @@ class CoreRun:
         self.views = core.views(cb) if functional else None
         self.trace = unit.trace_events
         self.busy = core.busy
+        # vector clocks span every pipe of the instance's cores: actor of pipe p here = base + p
+        self.base = base = slot * NPIPES
+        self.width = width = n_slots * NPIPES
+        self.gm_records = gm_records if gm_records is not None else {}
         if check:
             n = len(cb.tile_list)
-            self.vc = [[1 if i == p else 0 for i in range(NPIPES)] for p in range(NPIPES)]
+            self.vc = [[1 if i == base + p else 0 for i in range(width)] for p in range(NPIPES)]
             self.w_pipe = [-1] * n
             self.w_clk = [0] * n
             self.w_op = [None] * n
@@ -260,6 +266,8 @@ class CoreRun:
             unit.vec_ops += vals[0] * vals[1]
         if self.check:
             self.race_check(cop)
+            if nbytes:
+                self.gm_check(cop, vals)
         if self.functional:
             execute(self.views, self.gm, cop, vals)
         if self.trace is not None:
@@ -283,7 +291,7 @@ class CoreRun:
         snap = tuple(self.vc[src]) if self.check else None
         dq.append((t, snap, cop))
         if self.check:
-            self.vc[src][src] += 1
+            self.vc[src][self.base + src] += 1
         dst = cop.other
         if self.pending[dst] is not None:
             self.drain(dst)
@@ -308,10 +316,7 @@ class CoreRun:
         if t > self.done[p]:
             self.done[p] = t
         if self.check:
-            v = self.vc[p]
-            for i in range(NPIPES):
-                if snap[i] > v[i]:
-                    v[i] = snap[i]
+            _join(self.vc[p], snap)
         return True
 
     def full_barrier(self, cop):
@@ -323,7 +328,7 @@ class CoreRun:
             joined = [max(col) for col in zip(*self.vc)]
             self.vc = [list(joined) for _ in range(NPIPES)]
             for p in range(NPIPES):
-                self.vc[p][p] += 1
+                self.vc[p][self.base + p] += 1
 
     # cross-core flags (Ascend mode 2): the cube's set reaches every vector sub-block of its cluster;
     # the cube's counter rises once every vector sub-block has set.
@@ -335,21 +340,31 @@ class CoreRun:
             raise SimError(f"{cop.where()} signals the partner core, but this kernel runs no partner "
                            f"({self.core.kind} only)", loc=cop.loc)
         f = cop.flag
+        snap = None
+        if self.check:
+            snap = tuple(self.vc[cop.pipe])
+            self.vc[cop.pipe][self.base + cop.pipe] += 1
         if self.xin is None:                       # a vector sub-block: towards the cube
             cube = self.partners[0]
-            cube.xin[f][self.sub].append(t)
+            cube.xin[f][self.sub].append((t, snap))
             if all(cube.xin[f]):
-                cube.post_cross(f, max(d.popleft() for d in cube.xin[f]), cop)
+                got = [d.popleft() for d in cube.xin[f]]
+                joined = None
+                if self.check:
+                    joined = list(got[0][1])
+                    for _, sn in got[1:]:
+                        _join(joined, sn)
+                cube.post_cross(f, max(g[0] for g in got), joined, cop)
         else:
             for v in self.partners:
-                v.post_cross(f, t, cop)
+                v.post_cross(f, t, snap, cop)
 
-    def post_cross(self, f, t, cop):
+    def post_cross(self, f, t, snap, cop):
         q = self.xq[f]
         if len(q) >= CROSS_CORE_FLAGS:
             raise SimError(f"cross-core flag {f} of {self.core.name} set more than {CROSS_CORE_FLAGS} times "
                            f"without a wait\n  by {cop.where()}", loc=cop.loc)
-        q.append(t)
+        q.append((t, snap))
         for p in range(NPIPES):
             pend = self.pending[p]
             if pend and pend[0][0].kind == XWAIT and pend[0][0].flag == f:
@@ -359,12 +374,14 @@ class CoreRun:
         q = self.xq[cop.flag]
         if not q:
             return False
-        t_set = q.popleft()
+        t_set, snap = q.popleft()
         p = cop.pipe
         t = max(self.free[p], issue, t_set)
         self.free[p] = t
         if t > self.done[p]:
             self.done[p] = t
+        if self.check:
+            _join(self.vc[p], snap)
         return True
 
     # ------------------------------------------------------------------ end of the block
@@ -400,33 +417,72 @@ class CoreRun:
     def race_check(self, cop):
         p = cop.pipe
         vcp = self.vc[p]
+        base = self.base
         w_pipe, w_clk = self.w_pipe, self.w_clk
         overlaps = self.overlaps
         for s in cop.reads:
             if self.clobber[s] is not None:
                 self._clobbered(cop, s)
-            if w_pipe[s] >= 0 and w_pipe[s] != p and vcp[w_pipe[s]] < w_clk[s]:
+            if w_pipe[s] >= 0 and w_pipe[s] != p and vcp[base + w_pipe[s]] < w_clk[s]:
                 self._race(cop, s, s, "reads", self.w_op[s], "wrote")
             for o in overlaps[s]:
-                if w_pipe[o] >= 0 and w_pipe[o] != p and vcp[w_pipe[o]] < w_clk[o]:
+                if w_pipe[o] >= 0 and w_pipe[o] != p and vcp[base + w_pipe[o]] < w_clk[o]:
                     self._race(cop, s, o, "reads", self.w_op[o], "wrote")
-            self.r_clk[s][p] = vcp[p]
+            self.r_clk[s][p] = vcp[base + p]
             self.r_op[s][p] = cop
         for s in cop.writes:
             for o in (s,) + overlaps[s]:
-                if w_pipe[o] >= 0 and w_pipe[o] != p and vcp[w_pipe[o]] < w_clk[o]:
+                if w_pipe[o] >= 0 and w_pipe[o] != p and vcp[base + w_pipe[o]] < w_clk[o]:
                     self._race(cop, s, o, "writes", self.w_op[o], "wrote")
                 rc = self.r_clk[o]
                 for a in range(NPIPES):
-                    if a != p and rc[a] > vcp[a]:
+                    if a != p and rc[a] > vcp[base + a]:
                         self._race(cop, s, o, "writes", self.r_op[o][a], "read")
             w_pipe[s] = p
-            w_clk[s] = vcp[p]
+            w_clk[s] = vcp[base + p]
             self.w_op[s] = cop
             self.r_clk[s] = [0] * NPIPES
             self.clobber[s] = None
             for o in overlaps[s]:
                 self.clobber[o] = cop
+
+    def gm_check(self, cop, vals):
+        """GM races inside one launch instance (e.g. a store and a later load of the same region by another
+        pipe or core with no flag chain between them). Regions are kept per (buffer, shape) in buckets of rows."""
+        p = cop.pipe
+        actor = self.base + p
+        vcp = self.vc[p]
+        n = 2 * cop.n_tiles
+        rank = cop.gm_rank
+        rows, cols = (vals[1], vals[0]) if cop.trans else (vals[0], vals[1])
+        offs = vals[n:n + rank]
+        if rank == 1:
+            lead, r0, c0 = (), 0, offs[0]
+        else:
+            lead, r0, c0 = tuple(offs[:-2]), offs[-2], offs[-1]
+        box = (r0, r0 + rows, c0, c0 + cols)
+        key = (self.gm_names[cop.gm_param], lead)
+        recs = self.gm_records.get(key)
+        if recs is None:
+            recs = self.gm_records[key] = {}
+        write = cop.region == "store"
+        b0, b1 = box[0] // GM_BUCKET_ROWS, (box[1] - 1) // GM_BUCKET_ROWS + 1
+        for b in range(b0, b1):
+            for obox, oactor, oclk, owrite, oop in recs.get(b, ()):
+                if (owrite or write) and oactor != actor and vcp[oactor] < oclk and \
+                        obox[0] < box[1] and box[0] < obox[1] and obox[2] < box[3] and box[2] < obox[3]:
+                    raise SimError(f"race on GM: {cop.where()} {'writes' if write else 'reads'} "
+                                   f"{cop.gm_param}[{box[0]}:{box[1]}, {box[2]}:{box[3]}], which {oop.where()} "
+                                   f"{'wrote' if owrite else 'read'} with no flag chain ordering them "
+                                   f"(a set_flag/wait_flag, or a cross-core flag between cube and vector)",
+                                   loc=cop.loc)
+        entry = (box, actor, vcp[actor], write, cop)
+        for b in range(b0, b1):
+            lst = recs.get(b)
+            if lst is None:
+                recs[b] = [entry]
+            else:
+                lst.append(entry)
 
     def _race(self, cop, s, o, verb, other, other_verb):
         tiles = self.cb.tile_list
@@ -449,6 +505,12 @@ class CoreRun:
                        f"but {writer.where()} wrote tile '{w.name}' {w.footprint()} over part of it "
                        f"since '{t.name}' was last written", loc=cop.loc,
                        hint="place the two tiles at disjoint addresses, or end one's life before the other starts")
+
+
+def _join(v: list, snap) -> None:
+    for i, x in enumerate(snap):
+        if x > v[i]:
+            v[i] = x
 
 
 def _ev(key) -> str:

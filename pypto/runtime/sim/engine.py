@@ -66,9 +66,10 @@ class Unit:
                  block_idx: int, block_num: int):
         self.state, self.parts, self.t0 = state, parts, t0
         runs = []
-        for core, cb, sub in parts:
+        gm_records: dict = {}
+        for slot, (core, cb, sub) in enumerate(parts):
             r = CoreRun(state, core, cb, _launch_env(env, block_idx, block_num, sub), gm, t0,
-                        state.functional, state.check)
+                        state.functional, state.check, slot, len(parts), gm_records)
             r.gm_names = gm_names
             r.sub = sub
             runs.append(r)

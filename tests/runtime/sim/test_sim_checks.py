@@ -176,3 +176,36 @@ def test_static_program_errors():
     blk = Block("bad_event", CoreType.AIV, [], [], [], [SetFlag(MTE2, V, 9)])
     with pytest.raises(SimError, match=r"event id 9 is outside the 8 ids"):
         _run(Kernel("k", [blk]), {})
+
+
+def test_gm_handoff_without_cross_core_flag_is_a_race():
+    from pypto.ir.block import CrossCoreWaitFlag
+    k = S.matmul_relu_kernel(64, 64, 64, 64, 64, 32)
+    bad = _remove(k, lambda s: isinstance(s, CrossCoreSetFlag) and s.pipe == Pipe.FIX)
+    bad = _remove(bad, lambda s: isinstance(s, CrossCoreWaitFlag) and s.pipe == Pipe.MTE2)
+    args = {"a": torch.randn(64, 64).half(), "b": torch.randn(64, 64).half(), "ws": torch.empty(64, 64),
+            "out": torch.empty(64, 64, dtype=torch.float16)}
+    with pytest.raises(SimError, match=r"race on GM: .*ws\[.*(TSTORE ws|TLOAD w, ws)"):
+        _run(bad, args)
+
+
+def _store_then_reload(ordered: bool):
+    from pypto.ir.block import PipeBarrier
+    f = F32
+    tiles = [TileDecl("a", MemSpace.UB, f, (16, 64), addr=0), TileDecl("b", MemSpace.UB, f, (16, 64), addr=4096)]
+    T = {t.name: t for t in tiles}
+    sync = [PipeBarrier(Pipe.S)] if ordered else []
+    body = [instr("TLOAD", ["a", GMRegion("x", (0, 0))], T, loc=S.loc(5)), SetFlag(MTE2, MTE3, 0),
+            WaitFlag(MTE2, MTE3, 0), instr("TSTORE", [GMRegion("ws", (0, 0)), "a"], T, loc=S.loc(6)), *sync,
+            instr("TLOAD", ["b", GMRegion("ws", (0, 0))], T, loc=S.loc(7)), SetFlag(MTE2, MTE3, 1),
+            WaitFlag(MTE2, MTE3, 1), instr("TSTORE", [GMRegion("z", (0, 0)), "b"], T, loc=S.loc(8))]
+    params = [GMParam(n, f, (16, 64)) for n in ("x", "ws", "z")]
+    return Kernel("k", [Block("reload", CoreType.AIV, params, [], tiles, body)])
+
+
+def test_store_then_reload_needs_ordering_and_a_full_barrier_gives_it():
+    x = torch.randn(16, 64)
+    with pytest.raises(SimError, match=r"race on GM: `TLOAD b, ws\[0, 0\]`.*reads ws\[0:16, 0:64\].*`TSTORE ws"):
+        _run(_store_then_reload(False), {"x": x, "ws": torch.empty(16, 64), "z": torch.empty(16, 64)})
+    out, _ = _run(_store_then_reload(True), {"x": x, "ws": torch.empty(16, 64), "z": torch.empty(16, 64)})
+    assert torch.equal(out["z"], x)
