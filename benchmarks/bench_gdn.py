@@ -59,39 +59,35 @@ def why(e: BaseException) -> str:
 # ----------------------------------------------------------------------------------------------
 def bench_sim(lengths, C=64):
     machine = pypto.load_machine("a2a3")
-    table = Table(title="(a) chunk_gated_delta_rule, timing-only sim on a2a3 (B=1, H=16, HV=32, K=V=128, bf16)")
-    for col in ("T", "GFLOP", "min MB", "roofline us", "bound by", "simulated us", "fraction", "sim wall s"):
+    table = Table(title="(a) chunk_gated_delta_rule, timing-only sim on a2a3 (B=1, H=16, HV=32, K=V=128, bf16 in/out)")
+    for col in ("T", "matmul operands", "GFLOP", "min MB", "roofline us", "bound by", "simulated us", "fraction",
+                "sim wall s"):
         table.add_column(col, justify="right")
-    fn = kernel_function("chunk", "sim", timing_only=True, machine="a2a3")
+    options = {"timing_only": True, "machine": "a2a3"}
+    fn = kernel_function("chunk", "sim", **options)
+    failure = None
     for T in lengths:
         flops, nbytes, bound_us, by = roofline(T, 16, 32, 128, 128, C, machine)
-        row = [str(T), f"{flops / 1e9:.1f}", f"{nbytes / 1e6:.0f}", f"{bound_us:.1f}", by]
-        try:
-            q, k, v, g, beta = gdn_inputs(1, T, 16, 32, 128, 128, torch.bfloat16, random=False)
-            t0 = time.perf_counter()
-            _run_kernel_fn(fn, q, k, v, g, beta, C)
-            wall = time.perf_counter() - t0
-            rep = fn.last_report
-            sim_us = rep.time_us if rep is not None else None
-            row += [f"{sim_us:.1f}" if sim_us else "-", f"{bound_us / sim_us:.2f}" if sim_us else "-", f"{wall:.1f}"]
-        except Exception as e:  # noqa: BLE001 - the table says why
-            row += ["unavailable", "-", "-"]
+        q, k, v, g, beta = gdn_inputs(1, T, 16, 32, 128, 128, torch.bfloat16, random=False)
+        for cube_dtype in (None, pypto.bfloat16):
+            row = [str(T), "fp32" if cube_dtype is None else "bf16", f"{flops / 1e9:.1f}", f"{nbytes / 1e6:.0f}",
+                   f"{bound_us:.1f}", by]
+            if failure is None:
+                try:
+                    t0 = time.perf_counter()
+                    chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True, use_qk_l2norm_in_kernel=True,
+                                           chunk_size=C, backend="sim", cube_dtype=cube_dtype, jit_options=options)
+                    wall = time.perf_counter() - t0
+                    sim_us = fn.last_report.time_us
+                    row += [f"{sim_us:.1f}", f"{bound_us / sim_us:.2f}", f"{wall:.1f}"]
+                except Exception as e:  # noqa: BLE001 - the table says why
+                    failure = why(e)
+            if failure is not None:
+                row += ["unavailable", "-", "-"]
             table.add_row(*row)
-            console.print(table)
-            console.print(f"[yellow]sim timing-only run not available yet:[/yellow] {why(e)}")
-            return
-        table.add_row(*row)
     console.print(table)
-
-
-def _run_kernel_fn(fn, q, k, v, g, beta, C):
-    """Call the compiled chunk kernel directly (the entry point's host-side preparation inlined)."""
-    B, T, H, K = q.shape
-    HV, V = v.shape[2], v.shape[3]
-    state = torch.zeros(B, HV, K, V)
-    o = torch.empty(v.shape, dtype=v.dtype)
-    fn(q, k, v, g, beta, state, o, None, None, K ** -0.5, C, True)
-    return o, state
+    if failure is not None:
+        console.print(f"[yellow]sim timing-only run not available yet:[/yellow] {failure}")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -149,7 +149,7 @@ def default_per_head(backend: Optional[str]) -> bool:
 
 
 def _run_rule(name, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
-              use_qk_l2norm_in_kernel, backend, per_head, extra):
+              use_qk_l2norm_in_kernel, backend, per_head, extra, jit_options):
     try:
         d = _check_gdn_inputs(q, k, v, g, beta, initial_state, cu_seqlens)
     except ValueError as e:
@@ -167,7 +167,7 @@ def _run_rule(name, q, k, v, g, beta, scale, initial_state, output_final_state, 
         state_rows = tuple(n for n in range(d.N) if cu[n + 1] > cu[n])
         lengths = torch.empty([cu[n + 1] - cu[n] for n in state_rows] + [0])
     if d.T > 0 and (state_rows is None or state_rows):
-        fn = kernel_function(name, backend)
+        fn = kernel_function(name, backend, **(jit_options or {}))
         B, T = d.B, d.T
         # 3-D operands and a 2-D state: views of the same storage (the kernel writes o and state in place)
         q3, k3 = (x.contiguous().reshape(B, T, d.H * d.K) for x in (q, k))
@@ -183,7 +183,7 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
                            initial_state: Optional[torch.Tensor] = None, output_final_state: bool = False,
                            cu_seqlens: Optional[torch.Tensor] = None, use_qk_l2norm_in_kernel: bool = False,
                            chunk_size: int = 64, *, backend: Optional[str] = None,
-                           per_head: Optional[bool] = None, cube_dtype=None):
+                           per_head: Optional[bool] = None, cube_dtype=None, jit_options: Optional[dict] = None):
     """Chunked gated delta rule (prefill), fla's signature.
 
     q, k [B, T, H, K]; v [B, T, HV, V] (HV a multiple of H); g (log decay, <= 0) and beta
@@ -192,13 +192,14 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
     pypto options: ``backend`` (None: the current default), ``per_head`` (the kernel's layout of
     the heads, see ``kernels``; None: per head on compiled backends, batched on the interpreter) and
     ``cube_dtype`` (e.g. pypto.bfloat16: round matmul operands to it; default None = fp32 matmuls,
-    see ``kernels.gated_delta_chunk`` for the accuracy trade).
+    see ``kernels.gated_delta_chunk`` for the accuracy trade); ``jit_options`` for pypto.jit (e.g.
+    {"timing_only": True, "machine": "a2a3"}; the report is then ``kernel_function(...).last_report``).
     """
     if not isinstance(chunk_size, int) or chunk_size <= 0:
         _fail(f"chunk_size must be a positive int, got {chunk_size!r}")
     return _run_rule("chunk", q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
                      use_qk_l2norm_in_kernel, backend, per_head,
-                     (chunk_size, None if cube_dtype is None else pypto.dtypes.to_dtype(cube_dtype)))
+                     (chunk_size, None if cube_dtype is None else pypto.dtypes.to_dtype(cube_dtype)), jit_options)
 
 
 def fused_recurrent_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
@@ -206,11 +207,11 @@ def fused_recurrent_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.
                                      initial_state: Optional[torch.Tensor] = None, output_final_state: bool = False,
                                      cu_seqlens: Optional[torch.Tensor] = None,
                                      use_qk_l2norm_in_kernel: bool = False, *, backend: Optional[str] = None,
-                                     per_head: Optional[bool] = None):
+                                     per_head: Optional[bool] = None, jit_options: Optional[dict] = None):
     """Token-by-token gated delta rule (decode); same arguments and results as
     ``chunk_gated_delta_rule`` (without chunk_size)."""
     return _run_rule("recurrent", q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
-                     use_qk_l2norm_in_kernel, backend, per_head, ())
+                     use_qk_l2norm_in_kernel, backend, per_head, (), jit_options)
 
 
 # ----------------------------------------------------------------------------------------------
