@@ -82,6 +82,7 @@ class TileOp:
     attrs: dict = field(default_factory=dict)
     loc: SourceLoc | None = None
     guard: object = None      # sympy condition: run only where it holds (None: always)
+    otherwise: list = field(default_factory=list)   # ops to run where the guard does not hold
 
 
 @dataclass
@@ -174,6 +175,8 @@ def print_program(p: TileProgram, indent: int = 0) -> str:
         g = f"  if {op.guard}" if op.guard is not None else ""
         text = f"{pad}  {op.phase:<5} {op.op:<14} {', '.join(_fmt(o) for o in op.operands)}{a}{g}"
         out.append(f"{text:<80} # {op.loc}" if op.loc else text)
+        for alt in op.otherwise:
+            out.append(f"{pad}        else {alt.op:<9} {', '.join(_fmt(o) for o in alt.operands)}")
     return "\n".join(out)
 
 

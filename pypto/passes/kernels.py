@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from ..ir.block import (BLOCK_IDX, BLOCK_NUM, SUBBLOCK_IDX, Block, CrossCoreSetFlag, CrossCoreWaitFlag, For,
+from ..ir.block import (BLOCK_IDX, BLOCK_NUM, SUBBLOCK_IDX, Block, CoreType, CrossCoreSetFlag, CrossCoreWaitFlag, For,
                         GMParam, GMRegion, If, Instr, Kernel, PipeBarrier, SetFlag, TileDecl, WaitFlag)
 from ..ir.block_printer import print_block
 from ..ir.execution import ExecutionGraph, Loop, Region, Task
@@ -127,7 +127,8 @@ def lower_blocks(tg: TileGraph, machine) -> BlockGraph:
     kernels, by_key, regions = {}, {}, {}
 
     def task_of(p):
-        kernel, block_dim, reg = lower_program(p, machine)
+        core = CoreType.AIC if p.kind == "matmul" else CoreType.AIV
+        kernel, block_dim, reg = lower_program(p, machine, core)
         binding = {}
         for b in kernel.blocks:
             binding.update(parameterise(b))

@@ -219,3 +219,79 @@ def _time(tiler, sizes, tiles) -> float:
 def rows_cols(tiler, tiles) -> int:
     col, row = tiler.canon.col, tiler.canon.row
     return (tiles[row] if row is not None else 1) * tiles[col]
+
+
+# ---------------------------------------------------------------- cube
+CUBE_STEP_OVERHEAD = 40          # flags and scalar work per K step
+CUBE_M = (16, 32, 64, 128, 256)
+CUBE_N = (16, 32, 64, 128, 256, 512)
+CUBE_K = (8, 16, 32, 64, 128, 256)
+
+
+def _align_up(v, a):
+    return -(-v // a) * a
+
+
+def _cube_fits(mt, nt, kt, item, spec, double=True) -> bool:
+    cap = spec.capacity
+    d = 2 if double else 1
+    return (d * mt * kt * item <= cap["L0A"] and d * kt * nt * item <= cap["L0B"] and mt * nt * 4 <= cap["L0C"]
+            and d * (mt * kt + kt * nt) * item <= cap["L1"])
+
+
+def cube_time(M, N, K, nbatch, mt, nt, kt, item, out_item, spec, flops) -> float:
+    cores = spec.num_aic
+    m, n, k = _est(M), _est(N), _est(K)
+    tiles = nbatch * -(-m // mt) * -(-n // nt)
+    steps = -(-k // kt)
+    rounds = -(-tiles // cores)
+    active = min(tiles, cores)
+    load = (mt * kt + kt * nt) * item
+    mem = spec.memory
+    l2_bw = mem.get("l2_bytes_per_s", mem["hbm_bytes_per_s"]) / (spec.clock_ghz * 1e9)
+    step = max(2 * mt * nt * kt / flops, load / mem.get("mte2_bytes_per_cycle", 128),
+               load / mem.get("mte1_bytes_per_cycle", 256), load * active / l2_bw) + CUBE_STEP_OVERHEAD
+    store = mt * nt * out_item / mem.get("fix_bytes_per_cycle", 128) + mem.get("gm_latency_cycles", 500)
+    return rounds * (steps * step + store)
+
+
+def cube_tiles(M, N, K, batch, dtype, spec, hint, loc):
+    """-> (mt, nt, kt, split_k parts) for a matmul [M, K] x [K, N] (with ``batch`` leading dims)."""
+    item = dtype.itemsize
+    flops = spec.cube_flops_per_cycle(dtype.name)
+    nbatch = 1
+    for d in batch:
+        nbatch *= _est(d)
+    if hint:
+        mt, kt, nt = hint["m"][0], hint["k"][0], hint["n"][0]
+        if not _cube_fits(mt, nt, kt, item, spec, double=False):
+            raise TilingError(f"cube tile shapes m={mt} k={kt} n={nt} do not fit the cube buffers", loc=loc)
+        return mt, nt, kt, 1
+    k_align = max(32 // item, 8)
+    m_cap = _align_up(_est(M), 16)
+    n_cap = _align_up(_est(N), 16)
+    k_cap = _align_up(_est(K), k_align)
+    best, best_t = None, math.inf
+    for mt in CUBE_M:
+        if mt > max(m_cap, 16):
+            continue
+        for nt in CUBE_N:
+            if nt > max(n_cap, 16):
+                continue
+            for kt in CUBE_K:
+                if kt % k_align or kt > max(k_cap, k_align):
+                    continue
+                if not _cube_fits(mt, nt, kt, item, spec):
+                    continue
+                t = cube_time(M, N, K, nbatch, mt, nt, kt, item, 4, spec, flops)
+                if t < best_t * 0.999 or (t <= best_t * 1.001 and best and mt * nt > best[0] * best[1]):
+                    best, best_t = (mt, nt, kt), t
+    if best is None:
+        raise TilingError(f"no cube tile fits the buffers for a {dtype} matmul", loc=loc)
+    mt, nt, kt = best
+    tiles = nbatch * -(-_est(M) // mt) * -(-_est(N) // nt)
+    steps = -(-_est(K) // kt)
+    splits = 1
+    if isinstance(K, int) and tiles * 2 <= spec.num_aic and steps >= 8:
+        splits = max(1, min(spec.num_aic // tiles, steps // 4))
+    return mt, nt, kt, splits

@@ -111,7 +111,8 @@ def _tile_body(g, scope, storage, out_target, fuse):
                 from .cube_tiling import matmul_program
                 n = grp.nodes[0]
                 acc = _store_target(g, scope, storage, n, pending_out)
-                items.append(matmul_program(g, n, storage, acc, scope, _pname(g, grp, scope)))
+                prog = matmul_program(g, n, storage, acc, scope, _pname(g, grp, scope))
+                items.extend(prog if isinstance(prog, list) else [prog])
                 continue
             stores = {}
             for n in stores_of[ident]:

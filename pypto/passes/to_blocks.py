@@ -99,9 +99,13 @@ def lower_program(p: TileProgram, machine, core: CoreType = CoreType.AIV):
             ins = instr(op.op, operands, tiles, op.attrs, op.loc)
             if op.guard is not None:
                 cond = op.guard.xreplace(copy.subs) if copy.subs else op.guard
+                alt = emit_ops(op.otherwise, copy)
                 if cond is sympy.false:
-                    continue
-                out.append(ins if cond is sympy.true else If(cond, [ins]))
+                    out.extend(alt)
+                elif cond is sympy.true:
+                    out.append(ins)
+                else:
+                    out.append(If(cond, [ins], alt))
             else:
                 out.append(ins)
         return out
@@ -152,7 +156,7 @@ def lower_program(p: TileProgram, machine, core: CoreType = CoreType.AIV):
                                                    None if valid == tuple(tv.shape) else valid)
                             regions[name] = f"inner{j}"
                 return emit_ops(by_phase["step"], c2)
-            nk = seq.count
+            nk = _sx(seq.count, subs)
             if pingpong_inner:
                 second = step_copy(k_var + 1, 1)
                 loop_body = step_copy(k_var, 0) + [If(sympy.Lt(k_var + 1, nk), second)]

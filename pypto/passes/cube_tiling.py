@@ -1,0 +1,187 @@
+"""Tiling of a matmul: one cube TileProgram (and, for split-K, a vector program that adds the parts).
+
+Axes: batch dims (grid), M and N (parallel: one L0C tile [mt, nt] per step of the tile loop) and
+K (sequential, steps of kt accumulated in L0C). Per K step: TLOAD A [mt, kt] and B [kt, nt] from
+GM into L1 (MTE2; a transposed operand is read with a transposing load), TMOV them into L0A/L0B
+(MTE1), TMATMUL on the first step and TMATMUL_ACC after (M). After the loop the fp32 L0C tile is
+stored to GM, converted to the output dtype on the way (FIX). The K loop is double-buffered (two
+sets of L1/L0A/L0B tiles), so the loads of step k+1 overlap the matmul of step k.
+
+Split-K: when the M x N tiles are too few to occupy the cube cores and K is long, K is cut into S
+chunks run on different cores (a grid axis); each writes an fp32 partial [S, ..., M, N] and a small
+vector program sums the parts and converts to the output dtype.
+"""
+from __future__ import annotations
+
+import sympy
+
+from .. import dtypes, symbolic as sym
+from ..errors import CompileError
+from ..ir.isa import MemSpace
+from ..ir.tensor_graph import TensorGraph, ValueInfo
+from ..ir.tile_graph import GMTile, TileAxis, TileOp, TileParam, TileProgram, TileValue
+from . import storage as st
+from .tile_choice import cube_tiles
+
+
+def _operand(acc: st.Access, rank_batch: int, row_dim: int, col_dim: int):
+    """(trans, leading value dims) of a matmul operand read through ``acc``: its value dims
+    (batch..., row, col) must map to the buffer's last two dims (either order), batch dims to leading ones."""
+    vd = acc.vdims
+    r, c = vd[row_dim], vd[col_dim]
+    nb = len(acc.shape)
+    if r is None or c is None:
+        return None
+    if (r, c) == (nb - 2, nb - 1):
+        return False
+    if (r, c) == (nb - 1, nb - 2):
+        return True
+    return None
+
+
+def matmul_program(g, n, storage, out_acc, scope, name):
+    node = g.node(n)
+    a_src, b_src = node["inputs"]
+    attrs = node["attrs"]
+    a_info, b_info, out = g.info(a_src), g.info(b_src), g.info(n)
+    a_acc, b_acc = storage[a_src], storage[b_src]
+    a_trans, b_trans = bool(attrs.get("a_trans")), bool(attrs.get("b_trans"))
+    ra, rb = len(a_info.shape), len(b_info.shape)
+    # value dims of a: (..., M, K) or (..., K, M) with a_trans
+    a_row, a_col = (ra - 1, ra - 2) if a_trans else (ra - 2, ra - 1)
+    b_row, b_col = (rb - 1, rb - 2) if b_trans else (rb - 2, rb - 1)
+    ta = _operand(a_acc, ra - 2, a_row, a_col)
+    tb = _operand(b_acc, rb - 2, b_row, b_col)
+    if ta is None or tb is None:
+        raise CompileError("matmul operand is a strided view (its rows and columns are not the last two dims of "
+                           "a tensor); copy it first", loc=node["loc"])
+    M, N = out.shape[-2], out.shape[-1]
+    K = a_info.shape[a_col]
+    batch = out.shape[:-2]
+    spec = scope.machine
+    item = a_info.dtype.itemsize
+    acc_dt = dtypes.int32 if not a_info.dtype.is_floating else dtypes.float32
+    mt, nt, kt, splits = cube_tiles(M, N, K, batch, a_info.dtype, spec, attrs.get("cube_tile"), node["loc"])
+    if splits > 1:
+        return _split_k(g, n, storage, out_acc, scope, name, splits, (mt, nt, kt))
+    return _build(name, a_acc, b_acc, (ta, a_row, a_col), (tb, b_row, b_col), a_info, b_info, out, out_acc,
+                  batch, M, N, K, (mt, nt, kt), acc_dt, 1, scope, node, out.dtype)
+
+
+def _build(name, a_acc, b_acc, a_desc, b_desc, a_info, b_info, out, out_acc, batch, M, N, K, tiles, acc_dt,
+           splits, scope, node, store_dtype):
+    mt, nt, kt = tiles
+    loc = node["loc"]
+    axes = []
+    lead = []                 # leading dims of the output buffer, in order
+    if splits > 1:
+        kc = -(-(-(-K // splits)) // kt) * kt
+        s_axis = TileAxis("s", -(-K // kc), 1)
+        axes.append(s_axis)
+        lead.append(s_axis)
+    batch_axes = [TileAxis(f"b{k}", d, 1) for k, d in enumerate(batch)]
+    axes += batch_axes
+    lead += batch_axes
+    m_axis, n_axis = TileAxis("m", M, mt), TileAxis("n", N, nt)
+    axes += [m_axis, n_axis]
+    if splits > 1:
+        k_len = sympy.Min(kc, K - s_axis.index * kc)
+        k_axis = TileAxis("k", k_len, kt, "sequential")
+        k0 = s_axis.index * kc
+    else:
+        k_len = K
+        k_axis = TileAxis("k", K, kt, "sequential")
+        k0 = 0
+    axes.append(k_axis)
+
+    def valid(a: TileAxis, size):
+        if isinstance(size, int) and size % a.tile == 0:
+            return a.tile
+        if isinstance(size, int) and size <= a.tile:
+            return size
+        return sympy.Min(a.tile, size - a.index * a.tile)
+    vm, vn, vk = valid(m_axis, M), valid(n_axis, N), valid(k_axis, k_len)
+    tiles_ = {
+        "a1": TileValue("a1", MemSpace.L1, a_info.dtype, (mt, kt), (vm, vk), "step"),
+        "b1": TileValue("b1", MemSpace.L1, b_info.dtype, (kt, nt), (vk, vn), "step"),
+        "a0": TileValue("a0", MemSpace.L0A, a_info.dtype, (mt, kt), (vm, vk), "step"),
+        "b0": TileValue("b0", MemSpace.L0B, b_info.dtype, (kt, nt), (vk, vn), "step"),
+        "c0": TileValue("c0", MemSpace.L0C, acc_dt, (mt, nt), (vm, vn), "pre"),
+    }
+    params = []
+
+    def param(acc, mode, dtype):
+        pname = f"{mode}{sum(1 for p in params if p.mode == mode)}"
+        params.append(TileParam(pname, acc.buffer, dtype, tuple(acc.shape), mode))
+        return pname
+
+    koff = k0 + k_axis.index * kt
+    ops = []
+    for tile, acc, (trans, r_dim, c_dim), info, r_off, c_off in (
+            ("a1", a_acc, a_desc, a_info, m_axis.index * mt, koff),
+            ("b1", b_acc, b_desc, b_info, koff, n_axis.index * nt)):
+        pname = param(acc, "in", info.dtype)
+        offs = list(acc.offsets)
+        nb = len(acc.shape)
+        for j, v in enumerate(acc.vdims):
+            if v is None or j in (r_dim, c_dim):
+                continue
+            # a batch dim of the operand: aligned to the right of the output's batch dims
+            bj = j - (len(acc.vdims) - 2) + len(batch)
+            if 0 <= bj < len(batch):
+                offs[v] = offs[v] + batch_axes[bj].index
+        r_buf, c_buf = (nb - 1, nb - 2) if trans else (nb - 2, nb - 1)
+        offs[r_buf] = offs[r_buf] + r_off
+        offs[c_buf] = offs[c_buf] + c_off
+        attrs = {"trans": True} if trans else {}
+        ops.append(TileOp("TLOAD", [tile, GMTile(pname, tuple(sym.simplify(o) if not isinstance(o, int) else o
+                                                                for o in offs))], "step", attrs, loc))
+    ops.append(TileOp("TMOV", ["a0", "a1"], "step", {}, loc))
+    ops.append(TileOp("TMOV", ["b0", "b1"], "step", {}, loc))
+    ops.append(TileOp("TMATMUL", ["c0", "a0", "b0"], "step", {}, loc, sympy.Eq(k_axis.index, 0),
+                      [TileOp("TMATMUL_ACC", ["c0", "a0", "b0"], "step", {}, loc)]))
+    oname = param(out_acc, "out", store_dtype)
+    ooffs = list(out_acc.offsets)
+    nbo = len(out_acc.shape)
+    for j, a in enumerate(lead):
+        ooffs[nbo - 2 - len(lead) + j] = ooffs[nbo - 2 - len(lead) + j] + a.index
+    ooffs[nbo - 2] = ooffs[nbo - 2] + m_axis.index * mt
+    ooffs[nbo - 1] = ooffs[nbo - 1] + n_axis.index * nt
+    ops.append(TileOp("TSTORE", [GMTile(oname, tuple(sym.simplify(o) if not isinstance(o, int) else o
+                                                     for o in ooffs)), "c0"], "post", {}, loc))
+    return TileProgram(name, "matmul", axes, params, tiles_, ops, {}, [], {"tiles": (mt, nt, kt)}, loc)
+
+
+def _split_k(g, n, storage, out_acc, scope, name, splits, tiles):
+    """Partial products over K chunks into fp32 [S, ..., M, N], then a vector sum over S."""
+    from .fusion import plan_fusion
+    from .vector_tiling import VectorTiler
+    node = g.node(n)
+    out = g.info(n)
+    acc_dt = dtypes.float32 if out.dtype.is_floating else dtypes.int32
+    ws = scope.add_buffer(f"ws{n}_parts", (splits, *out.shape), acc_dt, "workspace")
+    ws_acc = st.full_access(ws)
+    a_src, b_src = node["inputs"]
+    attrs = node["attrs"]
+    a_info, b_info = g.info(a_src), g.info(b_src)
+    ra, rb = len(a_info.shape), len(b_info.shape)
+    a_trans, b_trans = bool(attrs.get("a_trans")), bool(attrs.get("b_trans"))
+    a_row, a_col = (ra - 1, ra - 2) if a_trans else (ra - 2, ra - 1)
+    b_row, b_col = (rb - 1, rb - 2) if b_trans else (rb - 2, rb - 1)
+    ta = _operand(storage[a_src], ra - 2, a_row, a_col)
+    tb = _operand(storage[b_src], rb - 2, b_row, b_col)
+    M, N, K = out.shape[-2], out.shape[-1], a_info.shape[a_col]
+    cube = _build(name, storage[a_src], storage[b_src], (ta, a_row, a_col), (tb, b_row, b_col), a_info, b_info,
+                  out, ws_acc, out.shape[:-2], M, N, K, tiles, acc_dt, splits, scope, node, acc_dt)
+    # the vector sum over the parts
+    mini = TensorGraph(f"{name}_sum")
+    src = mini.add_input(ValueInfo((splits, *out.shape), acc_dt, "parts"), node["loc"])
+    s = mini.add_node("sum", [src], {"dims": (0,), "keepdim": False}, ValueInfo(out.shape, acc_dt), node["loc"])
+    last = s
+    if out.dtype != acc_dt:
+        last = mini.add_node("cast", [s], {"dtype": out.dtype}, ValueInfo(out.shape, out.dtype), node["loc"])
+    plan = plan_fusion(mini, scope.machine)
+    grp = plan.groups[plan.group_of[last]]
+    vec = VectorTiler(mini, grp, plan, {src: ws_acc}, {last: out_acc}, scope.view, scope.machine,
+                      scope.unique(f"{name}_sum")).build()
+    return [cube, vec]
