@@ -64,10 +64,11 @@ def _run(graph, args, env, machine, timing_only, trace, policy, check, stitch):
     env = bind_env(graph, args, env)
     bufs = GMBuffers(graph, args, env, timing_only)
     shapes = bufs.shapes
-    instances, batches, _ = expand(graph, env, Geometry(bufs), stitch)
+    geo = Geometry(bufs)
+    instances, batches, _ = expand(graph, env, geo, stitch)
 
     state = SimState(spec, functional=not timing_only, check=check, trace=bool(trace))
-    launcher = Launcher(state, graph, bufs, env, spec)
+    launcher = Launcher(state, graph, bufs, env, spec, geo)
     sched = Scheduler(state, spec, launcher, policy)
     cycles = sched.run(batches)
 

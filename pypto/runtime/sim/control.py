@@ -13,7 +13,7 @@ from .exprs import compile_tuple
 
 class TaskInstance:
     __slots__ = ("id", "task", "scalars", "loop_env", "block_dim", "deps", "dependents", "deps_left",
-                 "batch", "submitted", "remaining", "fresh", "label", "ready")
+                 "batch", "submitted", "remaining", "fresh", "label", "ready", "read_boxes", "write_boxes")
 
     def __init__(self, id_, task, scalars, loop_env, block_dim, label):
         self.id, self.task, self.scalars, self.loop_env = id_, task, scalars, loop_env
@@ -26,6 +26,7 @@ class TaskInstance:
         self.remaining = block_dim
         self.fresh = 0.0          # when the latest of its producers finished
         self.ready = False
+        self.read_boxes = self.write_boxes = None    # declared regions (base boxes), None when undeclared
 
 
 @dataclass
@@ -119,7 +120,12 @@ def expand(graph, env: dict, geo: Geometry, stitch: int = 1):
         if loop_vals:
             label += "[" + ", ".join(f"{k}={v}" for k, v in loop_vals.items()) + "]"
         inst = TaskInstance(len(instances), task, scalars, cur_env, int(block_dim), label)
-        deps = tracker.add(inst.id, p.reads(cur_env), p.writes(cur_env))
+        reads, writes = p.reads(cur_env), p.writes(cur_env)
+        if task.reads is not None:
+            inst.read_boxes = reads
+        if task.writes is not None:
+            inst.write_boxes = writes
+        deps = tracker.add(inst.id, reads, writes)
         inst.deps = deps
         inst.deps_left = len(deps)
         for d in deps:

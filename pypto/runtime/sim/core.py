@@ -93,6 +93,7 @@ class CoreRun:
         self.base = base = slot * NPIPES
         self.width = width = n_slots * NPIPES
         self.gm_records = gm_records if gm_records is not None else {}
+        self.declared = None            # (task instance, geometry) when the task declares its GM regions
         if check:
             n = len(cb.tile_list)
             self.vc = [[1 if i == base + p else 0 for i in range(width)] for p in range(NPIPES)]
@@ -476,6 +477,8 @@ class CoreRun:
                                    f"{'wrote' if owrite else 'read'} with no flag chain ordering them "
                                    f"(a set_flag/wait_flag, or a cross-core flag between cube and vector)",
                                    loc=cop.loc)
+        if self.declared is not None:
+            self._check_declared(cop, write, lead, box)
         entry = (box, actor, vcp[actor], write, cop)
         for b in range(b0, b1):
             lst = recs.get(b)
@@ -483,6 +486,28 @@ class CoreRun:
                 recs[b] = [entry]
             else:
                 lst.append(entry)
+
+    def _check_declared(self, cop, write, lead, box):
+        """The task's GM access must lie in a region it declares: the scheduler orders tasks by those."""
+        inst, geo = self.declared
+        declared = inst.write_boxes if write else inst.read_boxes
+        if declared is None:
+            return
+        name = inst.task.gm_args[cop.gm_param]
+        offsets = lead + (box[0], box[2]) if cop.gm_rank > 1 else (box[2],)
+        extents = (1,) * len(lead) + (box[1] - box[0], box[3] - box[2]) if cop.gm_rank > 1 else (box[3] - box[2],)
+        acc = geo.access_box(name, offsets, extents, inst.loop_env)
+        if acc is None:
+            return
+        for d in declared:
+            if d[0] == acc[0] and d[1] <= acc[1] and acc[2] <= d[2] and d[3] <= acc[3] and acc[4] <= d[4]:
+                return
+        what = "writes" if write else "reads"
+        shown = ", ".join(f"{d[0]}[{d[1]}:{d[2]}, {d[3]}:{d[4]}]" for d in declared) or "nothing"
+        raise SimError(f"task {inst.label} {what} {acc[0]}[{acc[1]}:{acc[2]}, {acc[3]}:{acc[4]}] (via {name}), "
+                       f"outside the GM regions it declares it {what} ({shown}): the scheduler orders tasks by "
+                       f"their declared regions, so this access can race with other tasks\n  in {cop.where()}",
+                       loc=cop.loc)
 
     def _race(self, cop, s, o, verb, other, other_verb):
         tiles = self.cb.tile_list

@@ -60,6 +60,19 @@ class Geometry:
             return (base, rs, re, es % cols, (ee - 1) % cols + 1)
         return (base, rs, re, 0, cols)
 
+    def access_box(self, name: str, offsets, extents, env: dict):
+        """The exact base box of an instruction's GM access (extent 1 in leading dims), or None when the
+        buffer is a view whose rows do not line up with its base's (then no exact box exists)."""
+        base, byte_off = self.bufs.location(name, env)
+        shape = self.shapes[name]
+        if base != name:
+            rows, cols, base_isz = self.base_rc[base]
+            if (not shape or shape[-1] != cols or self.bufs.itemsize[name] != base_isz
+                    or byte_off % (cols * base_isz)):
+                return None
+        box = self.box(name, offsets, extents, env)
+        return box
+
     def whole(self, name: str, env: dict):
         shape = self.shapes[name]
         return self.box(name, (0,) * len(shape), tuple(shape), env)

@@ -15,8 +15,9 @@ class _TaskInfo:
 
 
 class Launcher:
-    def __init__(self, state, graph, bufs, env: dict, spec):
+    def __init__(self, state, graph, bufs, env: dict, spec, geo=None):
         self.state, self.graph, self.bufs, self.env, self.spec = state, graph, bufs, env, spec
+        self.geo = geo
         self._info: dict = {}
 
     def info(self, task) -> _TaskInfo:
@@ -94,6 +95,9 @@ class Launcher:
                 names[p] = self.bufs.location(b, inst.loop_env)
         unit = Unit(st, parts, env, gm, names, start, k, inst.block_dim)
         unit.inst, unit.k, unit.cores = inst, k, cores
+        if st.check and self.geo is not None and (inst.read_boxes is not None or inst.write_boxes is not None):
+            for r in unit.runs:
+                r.declared = (inst, self.geo)
         return unit
 
     def end_block(self, unit, end: float):

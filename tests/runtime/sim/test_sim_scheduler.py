@@ -110,3 +110,14 @@ def test_dispatch_and_submit_costs_are_charged():
     _, rep = sim.run_kernel(k, {"out": torch.empty(8, 64)}, {})
     d = SPEC.dispatch
     assert rep.cycles >= d["submit_cycles"] + d["task_dispatch_cycles"]
+
+
+def test_access_outside_the_declared_regions_is_reported():
+    g, R = _chunked(4)
+    loop = g.program[0]
+    b = loop.body[1]
+    i = loop.var
+    b.writes = [Region("z", ((i + 1) * 16 % R, 0), (16, 64))]        # declares the next chunk, writes its own
+    with pytest.raises(PyptoError, match=r"task b\[i=0\] writes z\[0:16, 0:64\] \(via z_c\), outside the GM "
+                                         r"regions it declares it writes \(z\[16:32, 0:64\]\)"):
+        sim.run(g, {"x": torch.randn(R, 64), "y": torch.randn(R, 64)}, {})
