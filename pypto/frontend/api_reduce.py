@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import builtins
 
+import torch
+
 from .. import dtypes, symbolic as sym
 from ..errors import ShapeError
 from ..ops.shape_rules import fmt_shape
@@ -131,14 +133,14 @@ def _tensor_minmax(reduce_op: str, arg_op: str, elementwise, input, dim=None, ke
 def max(input, *args, **kwargs):
     """torch.max: ``max(x)`` the maximum, ``max(x, dim, keepdim=False)`` (values, indices), ``max(x, y)``
     elementwise. On sizes (ints or symbolic) the largest: ``pypto.max(1, n - i * 64)``."""
-    if not isinstance(input, Tensor):
+    if not isinstance(input, (Tensor, torch.Tensor)):
         return sym.smax(input, *args)
     return _tensor_minmax("amax", "argmax", maximum, input, *args, **kwargs)
 
 
 def min(input, *args, **kwargs):
     """torch.min, or on sizes the smallest: ``pypto.min(64, n - i * 64)``."""
-    if not isinstance(input, Tensor):
+    if not isinstance(input, (Tensor, torch.Tensor)):
         return sym.smin(input, *args)
     return _tensor_minmax("amin", "argmin", minimum, input, *args, **kwargs)
 
