@@ -45,6 +45,9 @@ class Compiled:
             return run_graph(self.graph, inputs, env), None
         runtime = importlib.import_module(f"pypto.runtime.{self.backend}")
         args = dict(zip(self.program.inputs, inputs))
+        # constants captured at trace time (pypto.constant / torch tensors in a traced function)
+        args.update({name: b.data for name, b in self.program.buffers.items()
+                     if b.role == "constant" and b.data is not None and name not in args})
         outs, report = runtime.run(self.program, args, env, **_run_options(self.options))
         return [outs[name] for name in self.program.outputs], report
 
