@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     report = pypto.last_report()
     if report is not None:
         console.rule("simulator report (last run)")
-        console.print(report)
+        print(report)
     if failures:
         console.print(f"[red]{failures} result(s) outside tolerance[/]")
         return 1
