@@ -98,8 +98,27 @@ def block_symbols(block: Block) -> list:
 
 
 def _param_symbol(k: int, like: sympy.Symbol) -> sympy.Symbol:
-    assume = {a: v for a, v in like.assumptions0.items() if a in ("integer", "positive", "nonnegative") and v}
-    return sympy.Symbol(f"n{k}", **assume)
+    # plain symbols: sympy cannot then turn floor(n/2) into n/2 by proving n even, which would leave a
+    # true division in integer index math
+    return sympy.Symbol(f"n{k}")
+
+
+def integer_form(e):
+    """An integer-valued expression without true division: c*x with a fractional c becomes floor(...)."""
+    if not isinstance(e, sympy.Basic) or e.is_Atom or isinstance(e, sympy.logic.boolalg.Boolean) and not e.args:
+        return e
+    if isinstance(e, (sympy.Min, sympy.Max, sympy.Mod, sympy.floor, sympy.ceiling)) or e.is_Relational \
+            or isinstance(e, (sympy.And, sympy.Or, sympy.Not)):
+        args = [integer_form(a) for a in e.args]
+        return e.func(*args) if args != list(e.args) else e
+    if e.is_Add or e.is_Mul:
+        if any(a.is_Rational and not a.is_Integer for a in e.atoms(sympy.Rational)):
+            num, den = sympy.fraction(sympy.together(e))
+            if den.is_Integer and den != 1:
+                return sympy.floor(num / den)
+        args = [integer_form(a) for a in e.args]
+        return e.func(*args) if args != list(e.args) else e
+    return e
 
 
 def parameterise(block: Block) -> dict:
@@ -107,7 +126,7 @@ def parameterise(block: Block) -> dict:
     syms = block_symbols(block)
     mapping = {s: _param_symbol(k, s) for k, s in enumerate(syms)}
     if mapping:
-        map_block_exprs(block, lambda v: v.xreplace(mapping))
+        map_block_exprs(block, lambda v: integer_form(v.xreplace(mapping)))
     block.scalar_params = list(mapping.values())
     return {p.name: s for s, p in mapping.items()}
 

@@ -1,15 +1,23 @@
 """The tiling pass: TensorGraph -> TileGraph.
 
-Walks the fusion plan in program order and gives every value a home: graph inputs and constants
-are GM buffers; views (box, expand, transpose, size-1 reshape) are accesses of their source's
-buffer; a general reshape reinterprets a contiguous buffer (``Buffer.view_of``); a fused vector
-group becomes one TileProgram (vector_tiling), storing the values other groups or the caller need
-into a workspace or straight into an output buffer; a matmul becomes a cube TileProgram
-(cube_tiling); ``pypto.loop`` becomes a TileLoop with its body tiled the same way, carried tensors
-updated in place; ``assemble`` writes its source into a box of its destination's buffer.
+Walks the fusion plan in program order and gives every value a home in GM:
+* graph inputs and constants are buffers; views (box, expand, transpose, size-1 reshape) are
+  accesses of their source's buffer; a general reshape reinterprets a contiguous buffer
+  (``Buffer.view_of``);
+* a fused vector group becomes one TileProgram (vector_tiling) storing the values that others
+  need into a workspace, straight into an output buffer, or into the box of a tensor that an
+  ``assemble`` writes in place; a matmul becomes a cube TileProgram (cube_tiling);
+* ``assemble(dst, src)`` writes in place when nothing reads ``dst`` afterwards and ``dst`` is
+  ours to change (the producer of ``src`` then stores straight into the box); otherwise ``dst``
+  and ``src`` are copied into a new buffer. ``concat``, ``pad`` and ``fillpad`` build a new buffer
+  from boxes the same way;
+* ``pypto.loop`` becomes a TileLoop with its symbolic bounds; a carried tensor lives in one buffer
+  that every iteration updates in place (its initial value is stored or copied there first).
+Values the caller wants that no program wrote where wanted are copied at the end.
 """
 from __future__ import annotations
 
+import networkx as nx
 import sympy
 
 from .. import symbolic as sym
@@ -19,6 +27,8 @@ from ..ir.tile_graph import TileGraph, TileLoop
 from . import storage as st
 from .fusion import plan_fusion
 from .iterspace import op_class
+
+WRITERS = ("group",)          # items that store their values where asked
 
 
 class _Scope:
@@ -49,7 +59,7 @@ class _Scope:
         b = self.buffers[name]
         off = 0
         while b.view_of is not None:
-            off = off + b.view_offset if not (isinstance(off, int) and off == 0) else b.view_offset
+            off = b.view_offset if (isinstance(off, int) and off == 0) else sym.simplify(off + b.view_offset)
             b = self.buffers[b.view_of]
         return b, off
 
@@ -76,73 +86,317 @@ def build_tile_graph(g, machine, *, fuse: bool = True) -> TileGraph:
         b = scope.add_buffer(info.name or f"in{k}", info.shape, info.dtype, "input")
         inputs.append(b.name)
     outputs = []
-    out_target = {}
+    wants = {}
     for k, o in enumerate(g.outputs):
         info = g.info(o.node)
         b = scope.add_buffer(f"out{k}", info.shape, info.dtype, "output")
         outputs.append(b.name)
-        out_target.setdefault(o.node, []).append(b.name)
+        wants.setdefault(o.node, []).append(st.full_access(b))
     storage = {nid: st.full_access(buffers[name]) for nid, name in zip(g.inputs, inputs)}
-    items = _tile_body(g, scope, storage, out_target, fuse)
+    items = _Body(g, scope, storage, wants, set(), fuse).run()
     return TileGraph(g.name, buffers, inputs, outputs, items, list(g.symbols))
 
 
-def _tile_body(g, scope, storage, out_target, fuse):
-    """Tile programs (and loops) for graph ``g``; ``storage`` holds the accesses known so far
-    (the graph's inputs); ``out_target``: node -> buffers the value must end up in."""
-    from .vector_tiling import VectorTiler
-    plan = plan_fusion(g, scope.machine, enable=fuse)
-    items = []
-    users = {n: g.users(n) for n in g.nodes()}
-    # values each group must store, and where
-    stores_of = {}
-    for gid, grp in plan.groups.items():
-        members = set(grp.nodes)
-        stores_of[gid] = {}
-        for n in grp.nodes:
-            outside = [u for u in users[n] if u not in members]
-            if n in out_target or outside:
-                stores_of[gid][n] = None
-    pending_out = dict(out_target)
-    for kind, ident in plan.order:
-        if kind == "group":
-            grp = plan.groups[ident]
-            if grp.kind == "matmul":
-                from .cube_tiling import matmul_program
-                n = grp.nodes[0]
-                acc = _store_target(g, scope, storage, n, pending_out)
-                prog = matmul_program(g, n, storage, acc, scope, _pname(g, grp, scope))
-                items.extend(prog if isinstance(prog, list) else [prog])
+def _same_place(a: st.Access, b: st.Access) -> bool:
+    return (a.buffer == b.buffer and tuple(map(str, a.offsets)) == tuple(map(str, b.offsets))
+            and tuple(map(str, a.extents)) == tuple(map(str, b.extents)) and a.vdims == b.vdims)
+
+
+class _Body:
+    """Tiles one graph (the program, or a loop body). ``wants``: node -> accesses its value must be
+    written to; ``mutable``: input nodes whose buffers this graph may update in place."""
+
+    def __init__(self, g, scope, storage, wants, mutable, fuse):
+        self.g, self.scope, self.storage = g, scope, storage
+        self.wants = {n: list(v) for n, v in wants.items()}
+        self.mutable = set(mutable)
+        self.plan = plan_fusion(g, scope.machine, enable=fuse)
+        self.items: list = []
+        self.pos = {}
+        for k, (kind, ident) in enumerate(self.plan.order):
+            if kind == "group":
+                for n in self.plan.groups[ident].nodes:
+                    self.pos[n] = k
+            else:
+                self.pos[ident] = k
+        self.writer = {n for grp in self.plan.groups.values() for n in grp.nodes}   # stored by their program
+        self.homes: dict = {}        # node -> Access decided ahead (in-place targets)
+        self.inplace: set = set()    # assemble nodes written in place
+        self.carried: dict = {}      # loop node -> [buffer Access per carried value]
+
+    # ------------------------------------------------------------------ planning ahead
+    def _later_users_ok(self, d, a) -> bool:
+        """Every other reader of d runs before the assemble a (it is one of a's ancestors)."""
+        anc = nx.ancestors(self.g.nx, a)
+        return all(u == a or u in anc for u in self.g.users(d)) and d not in self.wants
+
+    def _home_of(self, n):
+        """A mutable buffer home for value n, creating one for values a program will store."""
+        if n in self.homes:
+            return self.homes[n]
+        g = self.g
+        op = g.op(n)
+        if n in self.mutable:
+            return self.storage[n]
+        if op == "assemble" and n in self.inplace:
+            return self._home_of(g.node(n)["inputs"][0])
+        if n in self.writer or op in ("concat", "pad", "fillpad"):
+            info = g.info(n)
+            b = self.scope.add_buffer(f"ws{n}", info.shape, info.dtype, "workspace")
+            acc = st.full_access(b)
+            self.homes[n] = acc
+            if n in self.writer:
+                self.wants.setdefault(n, []).insert(0, acc)
+            return acc
+        if op == "loop_result":
+            loop = g.node(n)["inputs"][0]
+            return self.carried[loop][g.node(n)["attrs"]["index"]]
+        return None
+
+    def _plan(self):
+        g = self.g
+        for n in g.nodes():
+            op = g.op(n)
+            if op == "loop":
+                self._plan_loop(n)
+            elif op == "assemble":
+                d, s = g.node(n)["inputs"]
+                ok = (self._later_users_ok(d, n)
+                      and (d not in self.writer or self.pos.get(s, -1) > self.pos.get(d, -1))
+                      and not (s in self.writer and d in self.writer
+                               and self.plan.group_of.get(s) == self.plan.group_of.get(d)))
+                home = self._home_of(d) if ok else None
+                if home is not None and home.is_full:
+                    self.inplace.add(n)
+                    box = st.view_access(home, g.node(n)["attrs"]["offsets"], g.info(s).shape)
+                    if s in self.writer and g.op(s) != "scalar":
+                        self.wants.setdefault(s, []).append(box)
+            elif op == "concat":
+                home = self._concat_home(n)
+                off = 0
+                dim = g.node(n)["attrs"]["dim"]
+                for s in g.node(n)["inputs"]:
+                    shape = g.info(s).shape
+                    offs = [0] * len(shape)
+                    offs[dim] = off
+                    if s in self.writer:
+                        self.wants.setdefault(s, []).append(st.view_access(home, offs, shape))
+                    off = sym.simplify(off + shape[dim]) if not isinstance(off, int) or not isinstance(shape[dim], int) \
+                        else off + shape[dim]
+
+    def _concat_home(self, n):
+        if n in self.homes:
+            return self.homes[n]
+        want = self.wants.get(n)
+        if want and want[0].is_full:
+            acc = want.pop(0)
+            if not want:
+                del self.wants[n]
+        else:
+            info = self.g.info(n)
+            acc = st.full_access(self.scope.add_buffer(f"ws{n}", info.shape, info.dtype, "workspace"))
+        self.homes[n] = acc
+        return acc
+
+    def _plan_loop(self, n):
+        g = self.g
+        attrs = g.node(n)["attrs"]
+        results = {g.node(u)["attrs"]["index"]: u for u in g.users(n) if g.op(u) == "loop_result"}
+        bufs = []
+        for j, pos in enumerate(attrs["carried"]):
+            init = g.node(n)["inputs"][pos]
+            res = results.get(j)
+            want = self.wants.get(res) if res is not None else None
+            if want and want[0].is_full:
+                acc = want.pop(0)
+                if not want:
+                    del self.wants[res]
+            else:
+                info = g.info(init)
+                acc = st.full_access(self.scope.add_buffer(f"carry{n}_{j}", info.shape, info.dtype, "workspace"))
+            bufs.append(acc)
+            if init in self.writer and all(u == n for u in g.users(init)) and init not in self.wants:
+                self.wants[init] = [acc]
+        self.carried[n] = bufs
+
+    # ------------------------------------------------------------------ emission
+    def run(self):
+        self._plan()
+        from .vector_tiling import VectorTiler
+        g = self.g
+        for kind, ident in self.plan.order:
+            if kind == "group":
+                grp = self.plan.groups[ident]
+                if grp.kind == "matmul":
+                    from .cube_tiling import matmul_program
+                    n = grp.nodes[0]
+                    acc = self._store_target(n)
+                    prog = matmul_program(g, n, self.storage, acc, self.scope, _pname(g, grp, self.scope))
+                    self.items.extend(prog if isinstance(prog, list) else [prog])
+                    self._extra_copies(n, acc)
+                    continue
+                members = set(grp.nodes)
+                stores = {}
+                for n in grp.nodes:
+                    if any(u not in members for u in g.users(n)) or n in self.wants:
+                        stores[n] = self._store_target(n)
+                tiler = VectorTiler(g, grp, self.plan, self.storage, stores, self.scope.view, self.scope.machine,
+                                    _pname(g, grp, self.scope))
+                self.items.append(tiler.build())
+                for n in stores:
+                    self._extra_copies(n, stores[n])
                 continue
-            stores = {}
-            for n in stores_of[ident]:
-                stores[n] = _store_target(g, scope, storage, n, pending_out)
-            tiler = VectorTiler(g, grp, plan, storage, stores, scope.view, scope.machine, _pname(g, grp, scope))
-            items.append(tiler.build())
-            continue
-        n = ident
+            self._node(ident)
+        # values still wanted somewhere: copy them
+        for n, accs in list(self.wants.items()):
+            for acc in accs:
+                if n in self.storage and _same_place(self.storage[n], acc):
+                    continue
+                self._copy(n, acc)
+        return self.items
+
+    def _store_target(self, n) -> st.Access:
+        accs = self.wants.get(n)
+        if accs:
+            acc = accs.pop(0)
+            if not accs:
+                del self.wants[n]
+        else:
+            info = self.g.info(n)
+            acc = st.full_access(self.scope.add_buffer(f"ws{n}", info.shape, info.dtype, "workspace"))
+        self.storage[n] = acc
+        return acc
+
+    def _extra_copies(self, n, first):
+        """A value wanted in several places: the program stored it once; copy it to the others."""
+        for acc in self.wants.pop(n, []):
+            self._copy(n, acc)
+
+    def _copy(self, n, target: st.Access):
+        from .copy_tiling import copy_program
+        if n not in self.storage:
+            raise CompileError(f"internal: value %{n} ({self.g.op(n)}) has no GM home to copy from",
+                               loc=self.g.node(n)["loc"])
+        self.items.append(copy_program(self.g, n, self.storage[n], self.scope, target))
+
+    def _node(self, n):
+        g = self.g
         cls = op_class(g, n)
+        node = g.node(n)
         if cls == "source":
             if g.op(n) == "constant":
-                value = g.node(n)["attrs"]["value"]
                 info = g.info(n)
-                b = scope.add_buffer(f"const{n}", info.shape, info.dtype, "constant", data=value)
-                storage[n] = st.full_access(b)
+                b = self.scope.add_buffer(f"const{n}", info.shape, info.dtype, "constant", data=node["attrs"]["value"])
+                self.storage[n] = st.full_access(b)
         elif cls == "scalar":
             pass
         elif cls in ("access", "alias"):
-            acc = _derive_access(g, n, storage, scope)
+            acc = _derive_access(g, n, self.storage, self.scope)
             if acc is None:
-                raise CompileError(f"{g.op(n)} of a non-contiguous view needs a copy, which is not supported yet",
-                                   loc=g.node(n)["loc"])
-            storage[n] = acc
+                # a reshape of a box that is not one contiguous run: copy it first
+                src = node["inputs"][0]
+                info = g.info(src)
+                tmp = st.full_access(self.scope.add_buffer(f"ws{src}_c", info.shape, info.dtype, "workspace"))
+                self._copy(src, tmp)
+                self.storage[src] = tmp
+                acc = _derive_access(g, n, self.storage, self.scope)
+            self.storage[n] = acc
+        elif cls == "assemble":
+            self._assemble(n)
+        elif cls == "concat":
+            self._concat(n)
+        elif cls in ("pad", "fillpad"):
+            self._pad(n)
+        elif cls == "loop":
+            self._loop(n)
+        elif cls == "loop_result":
+            loop = node["inputs"][0]
+            self.storage[n] = self.carried[loop][node["attrs"]["index"]]
         else:
-            raise CompileError(f"op '{g.op(n)}' is not lowered yet", loc=g.node(n)["loc"])
-    # graph outputs that no program wrote (inputs, views): copy them
-    for n, targets in pending_out.items():
-        for t in targets:
-            items.append(_copy_program(g, n, storage, scope, t))
-    return items
+            raise CompileError(f"op '{g.op(n)}' is not lowered yet", loc=node["loc"])
+
+    def _assemble(self, n):
+        g = self.g
+        d, s = g.node(n)["inputs"]
+        offsets = g.node(n)["attrs"]["offsets"]
+        if n in self.inplace:
+            home = self._home_of(d)
+            box = st.view_access(home, offsets, g.info(s).shape)
+            if not (s in self.storage and _same_place(self.storage[s], box)):
+                if s in self.writer and g.op(s) != "scalar":
+                    raise CompileError("internal: assemble source was not stored in place", loc=g.node(n)["loc"])
+                self._copy(s, box)
+            self.storage[n] = home
+            return
+        info = g.info(n)
+        home = st.full_access(self.scope.add_buffer(f"ws{n}", info.shape, info.dtype, "workspace"))
+        self._copy(d, home)
+        self._copy(s, st.view_access(home, offsets, g.info(s).shape))
+        self.storage[n] = home
+
+    def _concat(self, n):
+        g = self.g
+        home = self._concat_home(n)
+        dim = g.node(n)["attrs"]["dim"]
+        off = 0
+        for s in g.node(n)["inputs"]:
+            shape = g.info(s).shape
+            offs = [0] * len(shape)
+            offs[dim] = off
+            box = st.view_access(home, offs, shape)
+            if not (s in self.storage and _same_place(self.storage[s], box)):
+                self._copy(s, box)
+            off = off + shape[dim] if isinstance(off, int) and isinstance(shape[dim], int) \
+                else sym.simplify(sympy.sympify(off) + shape[dim])
+        self.storage[n] = home
+
+    def _pad(self, n):
+        """pad / fillpad: fill a new buffer with the value, then copy the input into its box."""
+        from .copy_tiling import fill_program
+        g = self.g
+        a = g.node(n)["attrs"]
+        src = g.node(n)["inputs"][0]
+        home = self._concat_home(n)
+        value = a.get("value", 0)
+        value = 0 if value is None else value
+        self.items.append(fill_program(g, n, home, value, self.scope))
+        shape = g.info(src).shape
+        if g.op(n) == "pad":
+            pads = list(a["pad"])
+            offs = [0] * len(shape)
+            for k in range(len(pads) // 2):
+                offs[len(shape) - 1 - k] = pads[2 * k]
+        else:
+            offs = [0] * len(shape)
+        self._copy(src, st.view_access(home, offs, shape))
+        self.storage[n] = home
+
+    def _loop(self, n):
+        g = self.g
+        node = g.node(n)
+        attrs = node["attrs"]
+        body = attrs["body"]
+        bufs = self.carried[n]
+        carried_pos = list(attrs["carried"])
+        # initial values into the carried buffers
+        for j, pos in enumerate(carried_pos):
+            init = node["inputs"][pos]
+            if not (init in self.storage and _same_place(self.storage[init], bufs[j])):
+                self._copy(init, bufs[j])
+        body_storage, mutable = {}, set()
+        for k, (bin_, outer) in enumerate(zip(body.inputs, node["inputs"])):
+            if k in carried_pos:
+                body_storage[bin_] = bufs[carried_pos.index(k)]
+                mutable.add(bin_)
+            else:
+                if outer not in self.storage:
+                    raise CompileError(f"internal: loop input %{outer} has no GM home", loc=node["loc"])
+                body_storage[bin_] = self.storage[outer]
+        wants = {}
+        for j, o in enumerate(body.outputs):
+            wants.setdefault(o.node, []).append(bufs[j])
+        items = _Body(body, self.scope, body_storage, wants, mutable, True).run()
+        self.items.append(TileLoop(attrs["var"], attrs["start"], attrs["stop"], attrs["step"], items, node["loc"]))
 
 
 def _pname(g, grp, scope) -> str:
@@ -151,25 +405,6 @@ def _pname(g, grp, scope) -> str:
     base = ops[-1] if len(ops) == 1 else f"{ops[0]}_{ops[-1]}"
     scope.count += 1
     return scope.unique(f"{base}_{scope.count}")
-
-
-def _store_target(g, scope, storage, n, pending_out) -> st.Access:
-    """The buffer a group writes value ``n`` to: an output buffer when the caller wants it, else a workspace."""
-    targets = pending_out.get(n)
-    info = g.info(n)
-    if targets:
-        name = targets[0]
-        rest = targets[1:]
-        if rest:
-            pending_out[n] = rest
-        else:
-            del pending_out[n]
-        b = scope.buffers[name]
-    else:
-        b = scope.add_buffer(f"ws{n}", info.shape, info.dtype, "workspace")
-    acc = st.full_access(b)
-    storage[n] = acc
-    return acc
 
 
 def _derive_access(g, n, storage, scope):
@@ -205,11 +440,6 @@ def _derive_access(g, n, storage, scope):
                              view_offset=total)
         return st.full_access(b)
     raise CompileError(f"access op '{op}' is not lowered yet", loc=node["loc"])
-
-
-def _copy_program(g, n, storage, scope, target):
-    from .copy_tiling import copy_program
-    return copy_program(g, n, storage[n] if n in storage else None, scope, target)
 
 
 __all__ = ["build_tile_graph", "TileLoop"]
