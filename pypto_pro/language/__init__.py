@@ -15,7 +15,7 @@ from .pipeline import PipelineConfig  # noqa: F401
 from .system import system  # noqa: F401
 from .tiling_key import TilingKey  # noqa: F401
 from .types import (PIPE_FIX, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_S, PIPE_V,  # noqa: F401
-                    MemorySpace, Scalar, Tensor, TileType)
+                    STATIC, MemorySpace, Scalar, Tensor, TileType)
 
 globals().update({name: fn for name, fn in _REGISTRY.items() if name not in ("min", "max", "range")})
 range = _REGISTRY["range"]

@@ -22,7 +22,7 @@ from pypto import backends, dtypes, symbolic
 from pypto.machine import get_machine, load_machine
 
 from .errors import LaunchError
-from .types import ScalarAnnotation, TensorAnnotation
+from .types import STATIC, ScalarAnnotation, TensorAnnotation
 
 
 class ProKernel:
@@ -108,6 +108,8 @@ class ProKernel:
                         if env.setdefault(d.name, int(n)) != int(n):
                             raise LaunchError(f"{self.name}: size {d.name} is {env[d.name]} elsewhere but "
                                               f"{int(n)} in '{pname}'")
+                    elif d is STATIC or d is None:
+                        shape.append(int(n))
                     else:
                         if int(d) != int(n):
                             raise LaunchError(f"{self.name}: argument '{pname}' dim {i} must be {d}, found "

@@ -65,6 +65,7 @@ def runtime_loop(parser, node, frame) -> None:
             else:
                 parser.exec_body(node.body, frame)
             for stmt in body[first:]:
+                parser.remember(stmt)
                 parser.copy_of[id(stmt)] = ("copy", u)
     finally:
         sec.pop()
@@ -73,6 +74,7 @@ def runtime_loop(parser, node, frame) -> None:
         parser.loop_ranges.pop(var, None)
     attrs = {"unroll": period} if period > 1 else {}
     loop = For(var, start, stop, norm(step * period), body, attrs, loc=span.loc)
+    parser.remember(loop)
     parser.loop_src[id(loop)] = id(node)
     sec.emit(loop)
     _cursors_after(parser, entry, deltas, trip)

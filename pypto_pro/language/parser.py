@@ -206,6 +206,7 @@ class Parser:
         self.manual_sync = False
         self.manual_sync_span: Span | None = None
         self.var_names: set = set()
+        self._alive: list = []
         self.loop_src: dict = {}          # id(For) -> id of its `for` statement in the source
         self.copy_of: dict = {}           # id(stmt) -> ("copy", u): the unrolled loop-body copy it belongs to
         self.name_hint: str | None = None  # the name being assigned (names tiles in the IR)
@@ -743,6 +744,10 @@ class Parser:
             self.valid_facts.pop(tile.slot.uid, None)
         else:
             self.valid_facts[tile.slot.uid] = tuple(valid)
+
+    def remember(self, stmt) -> None:
+        """Keep ``stmt`` alive while the parser lives: maps keyed by id() must never see a reused id."""
+        self._alive.append(stmt)
 
     def new_loop_var(self, name: str) -> sympy.Symbol:
         base, i = name, 1

@@ -51,6 +51,7 @@ class Seq:
         self.loop_depth = self.depth if loop else (parent.loop_depth if parent is not None else -1)
         self.out: list = []
         self.after: dict = {}
+        self.open_xfer: dict = {}      # (q, p) -> the last q->p transfer made in this list
 
     def append(self, stmt) -> int:
         self.out.append(stmt)
@@ -79,7 +80,6 @@ class PipeSync:
         self.resources_of = resources_of      # Instr -> set of resource keys
         self.block_name = block_name
         self.copy_of = copy_of or {}          # id(stmt) -> which unrolled copy of its loop body it is in
-        self.open_xfer: dict = {}             # (id(seq), q, p) -> last transfer made in that list
         # id(For) -> its source loop: the copies of one source loop (in an unrolled outer body) share
         # their carried events, so the state one copy exits in is the state the next copy starts from
         self.loop_src = loop_src or {}
@@ -156,7 +156,7 @@ class PipeSync:
             self._wait_now(seq, ch, ins.loc)
         for q, rs in transfers.items():
             idx = self._set_index(seq, [self.last.get(r) for r in rs])
-            prev = self.open_xfer.get((id(seq), q, p))
+            prev = seq.open_xfer.get((q, p))
             if prev is not None and idx < prev[3]:
                 # coalesce: the previous q->p transfer of this list is waited before an earlier
                 # instruction of p; moving its set after this transfer's source covers both
@@ -164,13 +164,13 @@ class PipeSync:
                 if idx > set_idx:
                     seq.after[set_idx].remove(set_stmt)
                     seq.insert_after(idx, set_stmt)
-                    self.open_xfer[(id(seq), q, p)] = (ch, set_stmt, idx, wait_idx)
+                    seq.open_xfer[(q, p)] = (ch, set_stmt, idx, wait_idx)
                 continue
             ch = self.channel(("xfer", id(ins), q, p), q, p)
             set_stmt = self._set(ch, ins.loc)
             seq.insert_after(idx, set_stmt)
             wait_idx = seq.append(self._wait(ch, ins.loc))
-            self.open_xfer[(id(seq), q, p)] = (ch, set_stmt, idx, wait_idx)
+            seq.open_xfer[(q, p)] = (ch, set_stmt, idx, wait_idx)
         idx = seq.append(ins)
         for r in res:
             self.state[r] = ("own", p)

@@ -17,6 +17,16 @@ from pypto.ir.isa import MemSpace, Pipe
 from pypto.symbolic import DYNAMIC  # noqa: F401
 
 
+class _Static:
+    """A tensor dim specialised at compile time (its size is part of the compilation signature)."""
+
+    def __repr__(self) -> str:
+        return "pl.STATIC"
+
+
+STATIC = _Static()
+
+
 class MemorySpace(str, Enum):
     Vec = "Vec"
     Mat = "Mat"
