@@ -107,18 +107,32 @@ def integer_form(e):
     """An integer-valued expression without true division: c*x with a fractional c becomes floor(...)."""
     if not isinstance(e, sympy.Basic) or e.is_Atom or isinstance(e, sympy.logic.boolalg.Boolean) and not e.args:
         return e
-    if isinstance(e, (sympy.Min, sympy.Max, sympy.Mod, sympy.floor, sympy.ceiling)) or e.is_Relational \
+    if isinstance(e, (sympy.floor, sympy.ceiling)):
+        return e                  # a quotient inside floor/ceiling is integer division already
+    if isinstance(e, (sympy.Min, sympy.Max, sympy.Mod)) or e.is_Relational \
             or isinstance(e, (sympy.And, sympy.Or, sympy.Not)):
         args = [integer_form(a) for a in e.args]
         return e.func(*args) if args != list(e.args) else e
     if e.is_Add or e.is_Mul:
-        if any(a.is_Rational and not a.is_Integer for a in e.atoms(sympy.Rational)):
+        if _has_fraction(e):
             num, den = sympy.fraction(sympy.together(e))
             if den.is_Integer and den != 1:
                 return sympy.floor(num / den)
         args = [integer_form(a) for a in e.args]
         return e.func(*args) if args != list(e.args) else e
     return e
+
+
+def _has_fraction(e) -> bool:
+    """A fractional coefficient at this level (not inside a function's arguments)."""
+    if e.is_Rational:
+        return not e.is_Integer
+    if e.is_Mul:
+        c, _ = e.as_coeff_Mul()
+        return c.is_Rational and not c.is_Integer
+    if e.is_Add:
+        return any(_has_fraction(t) for t in e.args)
+    return False
 
 
 def parameterise(block: Block) -> dict:
