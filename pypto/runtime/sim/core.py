@@ -19,14 +19,16 @@ Checks (``check=True``):
 * races — vector clocks per pipe (a set carries its pipe's clock, a wait joins it); every tile access
   records (pipe, epoch); an access that conflicts with another pipe's access (write/read, read/write,
   write/write) over overlapping bytes that its clock does not cover is a race;
-* clobbered live tiles — a write to a tile marks the other tiles sharing bytes with it as clobbered;
-  reading a clobbered tile (before it is written again) means two live buffers overlap;
+* clobbered live tiles — every byte range remembers which tile last wrote it; reading a tile whose
+  bytes another tile wrote since (partly or wholly) means two live buffers overlap;
+  (both checks keep their state per "atom": the byte ranges between tile boundaries, program.py)
 * event ids — a set on an event whose previous set has not been waited yet is a reuse while live;
   a set left unwaited when the block ends is unbalanced; a wait that nothing sets is a deadlock.
 """
 from __future__ import annotations
 
 from collections import deque
+from operator import gt
 
 import torch
 
@@ -36,7 +38,7 @@ from .program import BARRIER, INSTR, SET, WAIT, XSET, XWAIT, CROSS_CORE_FLAGS
 from .timing import NPIPES, PIPES, S_PIPE
 
 POISON = 0xFF
-GM_BUCKET_ROWS = 16
+GM_BUCKET_ROWS = 64
 
 
 class Core:
@@ -94,16 +96,18 @@ class CoreRun:
         self.width = width = n_slots * NPIPES
         self.gm_records = gm_records if gm_records is not None else {}
         self.declared = None            # (task instance, geometry) when the task declares its GM regions
+        self._covered: dict = {}
         if check:
-            n = len(cb.tile_list)
+            n = len(cb.atom_span)                   # race / clobber state per atom (program.py)
             self.vc = [[1 if i == base + p else 0 for i in range(width)] for p in range(NPIPES)]
             self.w_pipe = [-1] * n
             self.w_clk = [0] * n
             self.w_op = [None] * n
             self.r_clk = [[0] * NPIPES for _ in range(n)]
             self.r_op = [[None] * NPIPES for _ in range(n)]
-            self.clobber = [None] * n
-            self.overlaps = cb.overlaps
+            self.owner = [None] * n                 # the tile whose write put the atom's bytes there
+            self.atoms = cb.atoms
+            self.row_views = cb.row_views
 
     # ------------------------------------------------------------------ the scalar unit
     def step(self, budget: int) -> int:
@@ -419,33 +423,36 @@ class CoreRun:
         p = cop.pipe
         vcp = self.vc[p]
         base = self.base
-        w_pipe, w_clk = self.w_pipe, self.w_clk
-        overlaps = self.overlaps
-        for s in cop.reads:
-            if self.clobber[s] is not None:
-                self._clobbered(cop, s)
-            if w_pipe[s] >= 0 and w_pipe[s] != p and vcp[base + w_pipe[s]] < w_clk[s]:
-                self._race(cop, s, s, "reads", self.w_op[s], "wrote")
-            for o in overlaps[s]:
-                if w_pipe[o] >= 0 and w_pipe[o] != p and vcp[base + w_pipe[o]] < w_clk[o]:
-                    self._race(cop, s, o, "reads", self.w_op[o], "wrote")
-            self.r_clk[s][p] = vcp[base + p]
-            self.r_op[s][p] = cop
-        for s in cop.writes:
-            for o in (s,) + overlaps[s]:
-                if w_pipe[o] >= 0 and w_pipe[o] != p and vcp[base + w_pipe[o]] < w_clk[o]:
-                    self._race(cop, s, o, "writes", self.w_op[o], "wrote")
-                rc = self.r_clk[o]
-                for a in range(NPIPES):
-                    if a != p and rc[a] > vcp[base + a]:
-                        self._race(cop, s, o, "writes", self.r_op[o][a], "read")
-            w_pipe[s] = p
-            w_clk[s] = vcp[base + p]
-            self.w_op[s] = cop
-            self.r_clk[s] = [0] * NPIPES
-            self.clobber[s] = None
-            for o in overlaps[s]:
-                self.clobber[o] = cop
+        w_pipe, w_clk, owner, atoms = self.w_pipe, self.w_clk, self.owner, self.atoms
+        for t in cop.reads:
+            for a in atoms[t]:
+                o = owner[a]
+                if o is not None and o != t and o not in self.row_views[t]:
+                    self._clobbered(cop, t, a)
+                wp = w_pipe[a]
+                if wp >= 0 and wp != p and vcp[base + wp] < w_clk[a]:
+                    self._race(cop, t, a, "reads", self.w_op[a], "wrote")
+                self.r_clk[a][p] = vcp[base + p]
+                self.r_op[a][p] = cop
+        if not cop.writes:
+            return
+        mine = vcp[base:base + NPIPES]
+        clk = mine[p]
+        for t in cop.writes:
+            for a in atoms[t]:
+                wp = w_pipe[a]
+                if wp >= 0 and wp != p and mine[wp] < w_clk[a]:
+                    self._race(cop, t, a, "writes", self.w_op[a], "wrote")
+                rc = self.r_clk[a]
+                # a read this pipe's clock does not cover (this pipe's own reads always are covered)
+                if any(map(gt, rc, mine)):
+                    other = next(q for q in range(NPIPES) if rc[q] > mine[q])
+                    self._race(cop, t, a, "writes", self.r_op[a][other], "read")
+                w_pipe[a] = p
+                w_clk[a] = clk
+                self.w_op[a] = cop
+                self.r_clk[a] = [0] * NPIPES
+                owner[a] = t
 
     def gm_check(self, cop, vals):
         """GM races inside one launch instance (e.g. a store and a later load of the same region by another
@@ -469,21 +476,30 @@ class CoreRun:
         write = cop.region == "store"
         b0, b1 = box[0] // GM_BUCKET_ROWS, (box[1] - 1) // GM_BUCKET_ROWS + 1
         for b in range(b0, b1):
-            for obox, oactor, oclk, owrite, oop in recs.get(b, ()):
-                if (owrite or write) and oactor != actor and vcp[oactor] < oclk and \
-                        obox[0] < box[1] and box[0] < obox[1] and obox[2] < box[3] and box[2] < obox[3]:
-                    raise SimError(f"race on GM: {cop.where()} {'writes' if write else 'reads'} "
-                                   f"{cop.gm_param}[{box[0]}:{box[1]}, {box[2]}:{box[3]}], which {oop.where()} "
-                                   f"{'wrote' if owrite else 'read'} with no flag chain ordering them "
-                                   f"(a set_flag/wait_flag, or a cross-core flag between cube and vector)",
-                                   loc=cop.loc)
+            bucket = recs.get(b)
+            if bucket is None:
+                continue
+            # a read conflicts with earlier writes; a write with earlier writes and reads
+            for lst, owrite in ((bucket[0], True), (bucket[1], False)) if write else ((bucket[0], True),):
+                for obox, oactor, oclk, oop in lst:
+                    if oactor != actor and vcp[oactor] < oclk and \
+                            obox[0] < box[1] and box[0] < obox[1] and obox[2] < box[3] and box[2] < obox[3]:
+                        raise SimError(f"race on GM: {cop.where()} {'writes' if write else 'reads'} "
+                                       f"{cop.gm_param}[{box[0]}:{box[1]}, {box[2]}:{box[3]}], which {oop.where()} "
+                                       f"{'wrote' if owrite else 'read'} with no flag chain ordering them "
+                                       f"(a set_flag/wait_flag, or a cross-core flag between cube and vector)",
+                                       loc=cop.loc)
         if self.declared is not None:
             self._check_declared(cop, write, lead, box)
-        entry = (box, actor, vcp[actor], write, cop)
+        entry = (box, actor, vcp[actor], cop)
+        k = 0 if write else 1
         for b in range(b0, b1):
-            lst = recs.get(b)
-            if lst is None:
-                recs[b] = [entry]
+            bucket = recs.get(b)
+            if bucket is None:
+                bucket = recs[b] = ([], [])
+            lst = bucket[k]
+            if not write and lst and lst[-1][0] == box and lst[-1][1] == actor:
+                lst[-1] = entry                     # the same pipe re-reading the same box: keep the latest
             else:
                 lst.append(entry)
 
@@ -494,6 +510,14 @@ class CoreRun:
         if declared is None:
             return
         name = inst.task.gm_args[cop.gm_param]
+        covered = self._covered.get((name, write))
+        if covered is None:                          # does a declared box hold the whole bound buffer?
+            whole = geo.whole(name, inst.loop_env)
+            covered = self._covered[(name, write)] = whole is None or any(
+                d[0] == whole[0] and d[1] <= whole[1] and whole[2] <= d[2] and d[3] <= whole[3] and whole[4] <= d[4]
+                for d in declared)
+        if covered:
+            return
         offsets = lead + (box[0], box[2]) if cop.gm_rank > 1 else (box[2],)
         extents = (1,) * len(lead) + (box[1] - box[0], box[3] - box[2]) if cop.gm_rank > 1 else (box[3] - box[2],)
         acc = geo.access_box(name, offsets, extents, inst.loop_env)
@@ -509,33 +533,32 @@ class CoreRun:
                        f"their declared regions, so this access can race with other tasks\n  in {cop.where()}",
                        loc=cop.loc)
 
-    def _race(self, cop, s, o, verb, other, other_verb):
-        tiles = self.cb.tile_list
-        mine, theirs = tiles[s], tiles[o]
-        same = s == o
-        what = f"tile '{mine.name}' {mine.footprint()}" + ("" if same else
-                                                            f", which overlaps tile '{theirs.name}' {theirs.footprint()},")
-        raise SimError(f"race: {cop.where()} {verb} {what} that {other.where()} {other_verb} "
-                       f"with no set_flag/wait_flag chain ordering {other.pipe_enum} before {cop.pipe_enum}",
+    def _bytes(self, a) -> str:
+        space, lo, hi = self.cb.atom_span[a]
+        return f"{space}[0x{lo:05x}, 0x{hi:05x})"
+
+    def _race(self, cop, t, a, verb, other, other_verb):
+        tile = self.cb.tile_list[t]
+        where = "" if (tile.space, tile.addr, tile.addr + tile.nbytes) == self.cb.atom_span[a] else \
+            f" (bytes {self._bytes(a)})"
+        raise SimError(f"race: {cop.where()} {verb} tile '{tile.name}' {tile.footprint()}{where} that "
+                       f"{other.where()} {other_verb} with no set_flag/wait_flag chain ordering "
+                       f"{other.pipe_enum} before {cop.pipe_enum}",
                        loc=cop.loc,
                        hint=f"set_flag({other.pipe_enum}, {cop.pipe_enum}, ev) after the {other.op} and "
                             f"wait_flag({other.pipe_enum}, {cop.pipe_enum}, ev) before the {cop.op}")
 
-    def _clobbered(self, cop, s):
+    def _clobbered(self, cop, t, a):
         tiles = self.cb.tile_list
-        writer = self.clobber[s]
-        w = tiles[writer.writes[0]]
-        t = tiles[s]
-        raise SimError(f"overlapping live buffers: {cop.where()} reads tile '{t.name}' {t.footprint()}, "
-                       f"but {writer.where()} wrote tile '{w.name}' {w.footprint()} over part of it "
-                       f"since '{t.name}' was last written", loc=cop.loc,
+        writer, w, tile = self.w_op[a], tiles[self.owner[a]], tiles[t]
+        raise SimError(f"overlapping live buffers: {cop.where()} reads tile '{tile.name}' {tile.footprint()}, "
+                       f"but {writer.where()} wrote tile '{w.name}' {w.footprint()} over its bytes "
+                       f"{self._bytes(a)} since '{tile.name}' was last written", loc=cop.loc,
                        hint="place the two tiles at disjoint addresses, or end one's life before the other starts")
 
 
 def _join(v: list, snap) -> None:
-    for i, x in enumerate(snap):
-        if x > v[i]:
-            v[i] = x
+    v[:] = map(max, v, snap)
 
 
 def _ev(key) -> str:

@@ -101,7 +101,8 @@ class CompiledBlock:
         self.ops: list[COp] = []
         self.gm_params = {g.name: g for g in block.gm_params}
         self.walk = self._generate()
-        self.overlaps = self._overlaps()
+        self.atoms, self.atom_span = self._atoms()
+        self.row_views = self._row_views()
         self.spaces = sorted({t.space for t in self.tile_list}, key=str)
 
     # ------------------------------------------------------------------ checks
@@ -334,16 +335,51 @@ class CompiledBlock:
             raise SimError(f"block {block.name}: cannot compile its scalar expressions ({exc})", loc=block.loc)
         return ns["walk"]
 
-    def _overlaps(self):
-        """For each tile, the other tiles sharing any byte with it (same memory space)."""
+    def _row_views(self):
+        """For each tile, the tiles that are row slices of it or that it is a row slice of (same space,
+        dtype and columns, one's bytes inside the other's at a whole-row offset): writing one and reading
+        the other is how row views are used, not two live buffers clobbering each other."""
         out = []
         for t in self.tile_list:
-            if t.addr is None:
-                out.append(())
-                continue
-            out.append(tuple(o.index for o in self.tile_list if o is not t and o.space == t.space
-                             and o.addr is not None and o.addr < t.addr + t.nbytes and t.addr < o.addr + o.nbytes))
+            rel = set()
+            for u in self.tile_list:
+                if u is t or t.addr is None or u.addr is None or u.space != t.space or u.dtype != t.dtype \
+                        or u.shape[1] != t.shape[1]:
+                    continue
+                row = t.shape[1] * t.itemsize
+                inner, outer = (t, u) if t.nbytes <= u.nbytes else (u, t)
+                if outer.addr <= inner.addr and inner.addr + inner.nbytes <= outer.addr + outer.nbytes \
+                        and (inner.addr - outer.addr) % row == 0:
+                    rel.add(u.index)
+            out.append(frozenset(rel))
         return out
+
+    def _atoms(self):
+        """Cut each memory space at every tile boundary into disjoint byte ranges ("atoms"); a tile is a
+        run of atoms. The race and clobber checks keep their state per atom, so aliasing tiles share it
+        exactly where they share bytes. -> (atoms of each tile, (space, start, end) of each atom)"""
+        cuts: dict = {}
+        for t in self.tile_list:
+            if t.addr is not None:
+                cuts.setdefault(t.space, set()).update((t.addr, t.addr + t.nbytes))
+        index, spans = {}, []
+        for space in sorted(cuts, key=str):
+            edges = sorted(cuts[space])
+            for a, b in zip(edges, edges[1:]):
+                index[(space, a)] = len(spans)
+                spans.append((space, a, b))
+        atoms = []
+        for t in self.tile_list:
+            if t.addr is None:
+                atoms.append(())
+                continue
+            run, a = [], t.addr
+            while a < t.addr + t.nbytes:
+                k = index[(t.space, a)]
+                run.append(k)
+                a = spans[k][2]
+            atoms.append(tuple(run))
+        return atoms, spans
 
 
 _CACHE: dict = {}
