@@ -251,7 +251,7 @@ class PipeSync:
         # did converts back to it at its end (so a guarded body copy hands its slots back exactly as the
         # loop expects); when both touched it, the then-branch's state wins
         t_targets, e_targets = {}, {}
-        for r in set(t_state) | set(e_state):
+        for r in sorted(set(t_state) | set(e_state), key=_order):
             ts, es = t_state.get(r), e_state.get(r)
             if ts == es:
                 continue
@@ -276,7 +276,7 @@ class PipeSync:
         self.state = t_state
         self.last = {r: (t_last.get(r) if t_last.get(r) == e_last.get(r) else
                          (Point(seq, idx, id(s)) if (t_last.get(r) or e_last.get(r)) is not None else None))
-                     for r in set(t_last) | set(e_last)}
+                     for r in sorted(set(t_last) | set(e_last), key=_order)}
         self._lift(seq, idx, id(s))
 
     def loop(self, s: For, seq: Seq) -> None:
@@ -291,7 +291,7 @@ class PipeSync:
     def _loop_entry_state(self, s: For, seq: Seq) -> dict:
         """Dry-run the body from ENTRY to find each resource's first pipe and end state -> S0."""
         saved = (self.state, self.last, self.first)
-        keys = set(self.state) | self._resources_in(s.body)
+        keys = sorted(set(self.state) | self._resources_in(s.body), key=_order)
         self.state = {r: ENTRY for r in keys}
         self.last = {}
         self.first = {}
@@ -328,7 +328,7 @@ class PipeSync:
                 self._first_pipes(s.body, out)
             elif isinstance(s, If):
                 t, e = self._first_pipes(s.then_body), self._first_pipes(s.else_body)
-                for r in set(t) | set(e):
+                for r in sorted(set(t) | set(e), key=_order):
                     if r not in out:
                         out[r] = t[r] if t.get(r) == e.get(r) else None
         return {r: p for r, p in out.items() if p is not None}
@@ -337,7 +337,7 @@ class PipeSync:
         out = set()
         for s in stmts:
             if isinstance(s, Instr):
-                out |= self.resources_of(s)
+                out |= set(self.resources_of(s))
             elif isinstance(s, For):
                 out |= self._resources_in(s.body)
             elif isinstance(s, If):
@@ -351,6 +351,11 @@ class PipeSync:
             if st is not None and st[0] == "pend" and st[1] not in done:
                 done.append(st[1])
                 self._wait_now(seq, st[1])
+
+
+def _order(r):
+    """Resources in a fixed order, so the emitted program does not depend on hash seeds."""
+    return (r[0], str(r[1]))
 
 
 # --------------------------------------------------------------------------- resources
@@ -393,13 +398,12 @@ def resource_map(section):
 def make_resources_of(section):
     tile_res = resource_map(section)
 
-    def resources_of(ins: Instr) -> set:
-        out = set()
+    def resources_of(ins: Instr) -> list:
+        out = []
         for o in ins.operands:
-            if isinstance(o, str):
-                out.add(tile_res[o])
-            elif hasattr(o, "param"):
-                out.add(("gm", o.param))
+            r = tile_res[o] if isinstance(o, str) else (("gm", o.param) if hasattr(o, "param") else None)
+            if r is not None and r not in out:
+                out.append(r)
         return out
     return resources_of
 
