@@ -311,6 +311,8 @@ class CoreRun:
         if issue > t:
             t = issue
         if t_set > t:
+            if self.trace is not None:
+                self.trace.append((self.core.name, p, t, t_set, cop))     # the pipe stalls on the flag
             t = t_set
         if dq and dq[0][0] < t:
             later = dq[0][2]
@@ -381,7 +383,11 @@ class CoreRun:
             return False
         t_set, snap = q.popleft()
         p = cop.pipe
-        t = max(self.free[p], issue, t_set)
+        t = max(self.free[p], issue)
+        if t_set > t:
+            if self.trace is not None:
+                self.trace.append((self.core.name, p, t, t_set, cop))     # the pipe stalls on the flag
+            t = t_set
         self.free[p] = t
         if t > self.done[p]:
             self.done[p] = t

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import heapq
 
-from ...errors import PyptoError
+from ...errors import PyptoError, SimError
 from ...ir.block import CoreType
 
 POLICIES = ("fifo", "locality")
@@ -61,8 +61,12 @@ class Scheduler:
         while events or running:
             if running and (not events or running[0][0] < events[0][0]):
                 _, _, unit = heapq.heappop(running)
-                if unit.step():
-                    end = unit.finish()
+                try:
+                    finished = unit.step()
+                    end = unit.finish() if finished else None
+                except SimError as e:
+                    raise _in_context(e, unit) from None
+                if finished:
                     self.launch.end_block(unit, end)
                     self.push(end, _BLOCK_DONE, (unit.inst, unit.cores))
                 else:
@@ -190,3 +194,11 @@ class Scheduler:
         unit = self.launch.start_block(inst, k, cores, self.now)
         self.seq += 1
         heapq.heappush(self.running, (self.now, self.seq, unit))
+
+
+def _in_context(e: SimError, unit) -> SimError:
+    """The same error, saying which task instance, block and cores it happened in."""
+    inst = unit.inst
+    cores = ", ".join(core.name for core, _, _ in unit.parts)
+    where = f"while running task {inst.label}, block {unit.k} of {inst.block_dim}, on {cores}"
+    return SimError(f"{e.message}\n  {where}", loc=e.loc, hint=e.hint)

@@ -1,10 +1,12 @@
 """Chrome-trace JSON (Perfetto and chrome://tracing open it): one process per core (and one for the
 AICPU), one thread per pipe (thread 0 = the tasks the core ran); tasks, dispatches and instructions
-are complete ("X") slices, with the block name and the user's source line in their args."""
+are complete ("X") slices, with the block name and the user's source line in their args; a pipe
+stalled on a wait_flag shows a grey "wait_flag" slice for the stall."""
 from __future__ import annotations
 
 import json
 
+from .program import INSTR
 from .timing import PIPES
 
 MAX_INSTR_EVENTS = 2_000_000
@@ -45,7 +47,8 @@ def build_trace(state, spec, dispatch_slices) -> dict:
         pid = pids[core]
         used_pids.add(pid)
         events.append({"name": cop.op, "ph": "X", "ts": start * us, "dur": (end - start) * us, "pid": pid,
-                       "tid": 1 + p, "args": {"block": cop.block.name, "instr": cop.text, "loc": _loc(cop.loc)}})
+                       "tid": 1 + p, "args": {"block": cop.block.name, "instr": cop.text, "loc": _loc(cop.loc)},
+                       **({"cname": "grey"} if cop.kind != INSTR else {})})
     meta(0, 0, "process_name", "AICPU", 0)
     meta(0, 0, "thread_name", "control")
     for t in range(1, spec.cores.get("aicpu", 2)):

@@ -43,6 +43,8 @@ def test_trace_is_chrome_trace_json_with_a_track_per_core_and_pipe(tmp_path):
     tasks = [e for e in slices if e["tid"] == 0 and e["pid"] != 0]
     assert len(tasks) == 6 and all(t["args"]["block"] in ("mm_part", "relu_part") for t in tasks)
     assert any(e["name"].startswith("dispatch") and e["pid"] == 0 for e in slices)
+    # pipes stalled on flags show the stall
+    assert any(e["name"] in ("wait_flag", "cross_core_wait_flag") and e["dur"] > 0 for e in slices)
 
 
 def test_trace_from_environment(tmp_path, monkeypatch):
