@@ -14,11 +14,16 @@ Options (``torch.compile(..., options={...})``):
   machine      machine name for the lowered backends (a2a3, a5)
   dump         directory: per partition, the ATen graph and the TensorGraph (and the backend's stages)
   strict       raise instead of falling back to eager (for debugging a model's conversion)
+  check        compare each partition with eager the first time it runs at each size (default: on for
+               the lowered backends, off for reference); a mismatch logs and falls back to eager
+  probe        on a lowered backend, compile each kind of ATen node alone first and keep those its
+               lowering cannot compile in eager (default True; see pypto/dynamo_probe.py)
   timing_only, trace   passed to the runtime, as in pypto.jit
 """
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import logging
 import os
@@ -36,11 +41,15 @@ log = logging.getLogger("pypto.dynamo")
 # (compiled through pypto), fallbacks (partitions left in eager after a pypto failure), run_fallbacks,
 # eager_ops (ATen nodes left in eager because pypto has no rule for them), runs (pypto partition calls)
 counters: collections.Counter = collections.Counter()
-# the most recently compiled pypto partitions (PyptoPartition modules), for inspection
+# the most recently compiled pypto partitions (PyptoPartition modules), and the most recent reasons
+# for running something in eager after all ((name, why)), for inspection
 partitions: collections.deque = collections.deque(maxlen=64)
+failures: collections.deque = collections.deque(maxlen=64)
 _graph_ids = itertools.count()
 
-OPTIONS = ("backend", "machine", "dump", "strict", "timing_only", "trace")
+OPTIONS = ("backend", "machine", "dump", "strict", "check", "probe", "timing_only", "trace")
+# check: tolerance (rtol, atol relative to the output's largest magnitude) per result dtype
+CHECK_TOLERANCE = {torch.float32: (1e-3, 1e-4), torch.float16: (1e-2, 1e-2), torch.bfloat16: (2e-2, 2e-2)}
 
 
 @dataclass(frozen=True)
@@ -49,8 +58,14 @@ class Options:
     machine: str | None = None
     dump: str | None = None
     strict: bool = False
+    check: bool | None = None       # None: on for lowered backends
+    probe: bool = True
     timing_only: bool = False
     trace: str | None = None
+
+    @property
+    def checks(self) -> bool:
+        return self.backend != "reference" if self.check is None else bool(self.check)
 
     @property
     def compile_options(self) -> dict:
@@ -70,6 +85,7 @@ def parse_options(options: dict | None) -> Options:
 def reset() -> None:
     counters.clear()
     partitions.clear()
+    failures.clear()
 
 
 # ============================================================================ the backend
@@ -100,18 +116,23 @@ def pypto_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
     except Exception as e:
         if opts.strict:
             raise
-        log.warning("pypto: AOT autograd failed on dynamo graph %d, running it in eager: %s: %s",
-                    gid, type(e).__name__, e)
         counters["fallbacks"] += 1
+        failures.append((f"dynamo{gid}", _why(e)))
+        log.warning("pypto: AOT autograd failed on dynamo graph %d, running it in eager: %s", gid, _why(e))
         return gm.forward
 
 
 def decompositions() -> dict:
     """Core ATen decompositions, plus those of the composite ops pypto has no function for yet."""
-    from torch._decomp import core_aten_decompositions, get_decompositions
     from .dynamo_convert import DECOMPOSABLE, RULES
+    return _decompositions(tuple(op for op in DECOMPOSABLE if RULES[op].missing()))
+
+
+@functools.lru_cache(maxsize=8)
+def _decompositions(extra: tuple) -> dict:
+    from torch._decomp import core_aten_decompositions, get_decompositions
     table = dict(core_aten_decompositions())
-    table.update(get_decompositions([op for op in DECOMPOSABLE if RULES[op].missing()]))
+    table.update(get_decompositions(list(extra)))
     return table
 
 
@@ -122,6 +143,7 @@ def partition_and_compile(gm: torch.fx.GraphModule, name: str, opts: Options) ->
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.operator_support import OperatorSupportBase
     from .dynamo_convert import is_compute, unsupported_reason
+    from .dynamo_probe import probe
 
     counters["graphs"] += 1
     left: collections.Counter = collections.Counter()
@@ -129,6 +151,8 @@ def partition_and_compile(gm: torch.fx.GraphModule, name: str, opts: Options) ->
     class Support(OperatorSupportBase):
         def is_node_supported(self, submodules, node) -> bool:
             why = unsupported_reason(node)
+            if why is None and opts.probe:
+                why = probe(node, opts.backend, opts.compile_options)
             if why is not None and node.op == "call_function" and not _is_size_math(node):
                 left[why] += 1
             return why is None
@@ -166,6 +190,7 @@ def compile_partition(sub: torch.fx.GraphModule, name: str, opts: Options) -> to
         if opts.strict:
             raise
         counters["fallbacks"] += 1
+        failures.append((name, _why(e)))
         log.warning("pypto: partition %s runs in eager: %s", name, _why(e))
         return sub
     counters["partitions"] += 1
@@ -195,6 +220,7 @@ class PyptoPartition(torch.nn.Module):
         super().__init__()
         self.name, self.eager, self.conv, self.compiled, self.opts = name, eager, conv, compiled, opts
         self.last_report = None
+        self.checked_sizes: set = set()      # size bindings already compared with eager
 
     def forward(self, *args):
         if self.compiled is None:
@@ -205,6 +231,7 @@ class PyptoPartition(torch.nn.Module):
             if self.opts.strict:
                 raise
             counters["run_fallbacks"] += 1
+            failures.append((self.name, _why(e)))
             log.warning("pypto: partition %s failed at run time, running it in eager from now on: %s",
                         self.name, _why(e))
             self.compiled = None
@@ -235,4 +262,24 @@ class PyptoPartition(torch.nn.Module):
                 taken.add(v.untyped_storage().data_ptr())
             results.append(v)
         results = [v.to(dt) for v, dt in zip(results, conv.result_dtypes)]
+        sizes = tuple(sorted(env.items()))
+        if self.opts.checks and sizes not in self.checked_sizes:
+            self._compare_with_eager(args, results)
+            self.checked_sizes.add(sizes)
         return tuple(results) if conv.returns_tuple else results[0]
+
+    def _compare_with_eager(self, args, results):
+        expected = self.eager(*args)
+        expected = list(expected) if self.conv.returns_tuple else [expected]
+        for k, (got, want) in enumerate(zip(results, expected)):
+            if got.dtype in CHECK_TOLERANCE:
+                rtol, atol = CHECK_TOLERANCE[got.dtype]
+                scale = want.float().nan_to_num(posinf=0, neginf=0).abs().max().item() if want.numel() else 0
+                ok = torch.allclose(got.float(), want.float(), rtol=rtol, atol=atol * max(scale, 1e-6),
+                                    equal_nan=True)
+            else:
+                ok = torch.equal(got, want.to(got.dtype))
+            if not ok:
+                err = (got.float() - want.float()).abs().nan_to_num(nan=float("inf")).max().item()
+                raise PyptoError(f"output {k} differs from eager by {err:.3g} on {self.compiled.backend} "
+                                 f"(shape {list(got.shape)}, {got.dtype})")

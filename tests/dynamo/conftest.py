@@ -1,32 +1,12 @@
-import importlib
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
+from dynamo_cases import backend_unavailable
 
 
-def backend_unavailable(name: str) -> str | None:
-    """Why the pypto backend ``name`` cannot run here (None when it can)."""
-    if name == "reference":
-        return None
-    if importlib.util.find_spec("pypto.passes.pipeline") is None:
-        return f"backend '{name}' needs pypto.passes.pipeline (the lowering), which does not exist yet"
-    try:
-        importlib.import_module(f"pypto.runtime.{name}")
-    except Exception as e:     # noqa: BLE001 - any import failure means the backend is not usable
-        return f"pypto.runtime.{name} does not import: {e}"
-    return None
-
-
-BACKENDS = ["reference", "sim", "cpu"]
-
-
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture
 def backend(request):
+    """The pypto backend named by the test's parameter; skipped (with the reason) where it cannot run."""
     why = backend_unavailable(request.param)
     if why:
         pytest.skip(why)

@@ -11,7 +11,7 @@ import torch
 import pypto
 import pypto.dynamo as pd
 import pypto.dynamo_convert as dc
-from models import MLP, WithUnsupportedOp
+from dynamo_models import MLP, WithUnsupportedOp
 
 aten = torch.ops.aten
 
@@ -146,3 +146,46 @@ def test_size_expressions_translate():
     assert pypto.symbolic.evaluate(dc.size_expr(FloorDiv(s0, 4) + 1), {"s0": 10}) == 3
     with pytest.raises(dc.ConversionError):
         dc.size_expr(sympy.sin(s0))
+
+
+def test_wrong_result_from_a_backend_is_caught_by_check(monkeypatch, caplog):
+    """check=True compares each partition with eager at its first run per size: a backend returning
+    a wrong value (here: every output off by one) is caught, and eager answers from then on."""
+    real_run = pypto.backends.Compiled.run
+
+    def wrong_run(self, inputs, env):
+        outs, report = real_run(self, inputs, env)
+        return [o + 1 for o in outs], report
+    monkeypatch.setattr(pypto.backends.Compiled, "run", wrong_run)
+
+    def f(x):
+        return torch.tanh(x) * 2
+    compiled = _compile(f, check=True)
+    x = torch.randn(4, 4)
+    with caplog.at_level(logging.WARNING, logger="pypto.dynamo"):
+        torch.testing.assert_close(compiled(x), f(x))
+        torch.testing.assert_close(compiled(x), f(x))
+    assert pd.counters["run_fallbacks"] == 1 and "differs from eager" in caplog.text
+
+
+def test_probe_keeps_ops_a_lowering_lacks_in_eager(monkeypatch, caplog):
+    """On a lowered backend each kind of node is compiled alone first; one the lowering rejects stays
+    in eager and the rest still runs through pypto (here a fake 'sim' that cannot lower tanh)."""
+    import pypto.dynamo_probe as probe
+    probe.clear()
+    real_compile = pypto.backends.compile_graph
+
+    def fake_compile(graph, backend, options):
+        if backend == "sim" and any(graph.op(n) == "tanh" for n in graph.nodes()):
+            raise pypto.CompileError("no tanh on this machine")
+        return real_compile(graph, "reference", options)
+    monkeypatch.setattr(pypto.backends, "compile_graph", fake_compile)
+
+    def f(x):
+        return torch.sigmoid(torch.tanh(x.exp() + 1) * 3)
+    x = torch.randn(4, 8)
+    with caplog.at_level(logging.INFO, logger="pypto.dynamo"):
+        torch.testing.assert_close(_compile(f, backend="sim", check=False)(x), f(x))
+    assert pd.counters["partitions"] == 2 and pd.counters["eager_ops"] == 1 and not pd.failures
+    assert "sim lowering: no tanh on this machine" in caplog.text
+    probe.clear()
