@@ -16,7 +16,7 @@ from ...ir.block_printer import _fmt_operand
 from ...ir.isa import ISA, MemSpace, Pipe, pipe_of
 from .exprs import constant, free_names, ident, to_source
 from .functional import fits_source, gm_fits_source, operand_shapes
-from .semantics import REGION, SEMANTICS
+from .semantics import REGION, ROUND_MODES, SEMANTICS
 from .timing import PIPE_INDEX, S_PIPE, CostModel
 
 INSTR, SET, WAIT, BARRIER, XSET, XWAIT = range(6)
@@ -196,6 +196,8 @@ class CompiledBlock:
         if spec_i.kind == "matmul" and tuple(spaces) != MATMUL_SPACES:
             raise self._err(cop, f"{s.op} needs dst in l0c, a in l0a, b in l0b; found "
                                  f"{', '.join(map(str, spaces))}")
+        if s.op == "TCVT" and cop.attrs.get("round", "rint") not in ROUND_MODES:
+            raise self._err(cop, f"TCVT round={cop.attrs.get('round')!r} is not one of {', '.join(ROUND_MODES)}")
         if spec_i.kind == "compare" and cop.attrs.get("cmp", "eq") not in ("eq", "ne", "lt", "le", "gt", "ge"):
             raise self._err(cop, f"{s.op} cmp={cop.attrs.get('cmp')!r} is not one of eq, ne, lt, le, gt, ge")
         cop.is_gm = cop.region in ("load", "store")

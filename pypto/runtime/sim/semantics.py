@@ -70,16 +70,48 @@ def _sel(dst, srcs, attrs):
     _store(dst, torch.where(mask != 0, _up(a), _up(b)))
 
 
-_ROUND = {"rint": torch.round, "round": lambda x: torch.sign(x) * torch.floor(torch.abs(x) + 0.5),
-          "floor": torch.floor, "ceil": torch.ceil, "trunc": torch.trunc, "none": lambda x: x}
+def _half_away(x):
+    return torch.sign(x) * torch.floor(torch.abs(x) + 0.5)
+
+
+def _to_odd(x):
+    t = torch.trunc(x)
+    return torch.where((t != x) & (torch.remainder(t, 2) == 0), t + torch.sign(x), t)
+
+
+# TCVT rounding (attrs["round"]) for float -> int; the names the codegen knows (CAST_RINT, ...)
+ROUND_MODES = {"rint": torch.round, "nearest": torch.round, "even": torch.round, "round": _half_away,
+               "floor": torch.floor, "ceil": torch.ceil, "trunc": torch.trunc, "odd": _to_odd,
+               "none": torch.round}
+
+
+def _narrow(src32, dtype, mode):
+    """float -> narrower float with a rounding mode: round to nearest even, then step one ulp where
+    the mode wants the other neighbour (toward zero / -inf / +inf)."""
+    y = src32.to(dtype)
+    back = y.to(torch.float32)
+    if mode == "trunc":
+        step = back.abs() > src32.abs()
+        target = torch.zeros_like(y)
+    elif mode == "floor":
+        step, target = back > src32, torch.full_like(y, float("-inf"))
+    elif mode == "ceil":
+        step, target = back < src32, torch.full_like(y, float("inf"))
+    else:                       # rint / nearest / round / odd / none: nearest even (ties differ only)
+        return y
+    return torch.where(step, torch.nextafter(y, target), y)
 
 
 def _cvt(dst, srcs, attrs):
     src = srcs[0]
+    mode = attrs.get("round", "rint")
     if src.dtype.is_floating_point and not dst.dtype.is_floating_point:
-        dst.copy_(_ROUND[attrs.get("round", "rint")](src.to(F32)))
+        dst.copy_(ROUND_MODES[mode](src.to(F32)))
+    elif src.dtype.is_floating_point and dst.dtype.is_floating_point and dst.dtype.itemsize < src.dtype.itemsize \
+            or (src.dtype == F32 and dst.dtype in (torch.float16, torch.bfloat16)):
+        dst.copy_(_narrow(src.to(F32), dst.dtype, mode))
     else:
-        dst.copy_(src)      # float narrowing rounds to nearest even
+        dst.copy_(src)
 
 
 def _reduce(torch_fn, dim):

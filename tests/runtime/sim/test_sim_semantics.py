@@ -101,12 +101,37 @@ def test_cvt_float(src, dst):
     _check(got, (a * 1000).to(dst.torch_dtype), TAIL, dst)
 
 
-@pytest.mark.parametrize("mode,fn", [("rint", torch.round), ("floor", torch.floor), ("ceil", torch.ceil),
-                                     ("trunc", torch.trunc)])
-def test_cvt_to_int_rounding(mode, fn):
-    a = torch.tensor([0.5, 1.5, 2.5, -0.5, -1.5, 2.7, -2.7, 3.2] * 128).reshape(SHAPE)
+VALUES = [0.5, 1.5, 2.5, -0.5, -1.5, 2.7, -2.7, 3.2]
+
+
+@pytest.mark.parametrize("mode,expect", [("rint", [0, 2, 2, 0, -2, 3, -3, 3]), ("round", [1, 2, 3, -1, -2, 3, -3, 3]),
+                                         ("floor", [0, 1, 2, -1, -2, 2, -3, 3]), ("ceil", [1, 2, 3, 0, -1, 3, -2, 4]),
+                                         ("trunc", [0, 1, 2, 0, -1, 2, -2, 3]), ("odd", [1, 1, 3, -1, -1, 3, -3, 3])])
+def test_cvt_to_int_rounding(mode, expect):
+    a = torch.tensor(VALUES * 128).reshape(SHAPE)
     got = _run("TCVT", [a], I32, attrs={"round": mode})
-    assert torch.equal(got, fn(a).to(torch.int32))
+    assert torch.equal(got, torch.tensor(expect * 128, dtype=torch.int32).reshape(SHAPE))
+
+
+@pytest.mark.parametrize("mode", ["trunc", "floor", "ceil"])
+@pytest.mark.parametrize("dst", [F16, BF16])
+def test_cvt_narrowing_with_a_rounding_mode(mode, dst):
+    (a,) = _inputs(1, F32, seed=7)
+    got = _run("TCVT", [a], dst, attrs={"round": mode}).float()
+    lo_hi = {"trunc": lambda g: g.abs() <= a.abs(), "floor": lambda g: g <= a, "ceil": lambda g: g >= a}
+    assert lo_hi[mode](got).all()
+    # and within one ulp of round-to-nearest
+    rn = a.to(dst.torch_dtype)
+    up, down = (torch.nextafter(rn, torch.full_like(rn, v)).float() for v in (float("inf"), float("-inf")))
+    ulp = torch.maximum(up - rn.float(), rn.float() - down)
+    assert ((got - rn.float()).abs() <= ulp).all()
+
+
+def test_cvt_unknown_rounding_is_rejected():
+    from pypto.errors import SimError
+    (a,) = _inputs(1, F32)
+    with pytest.raises(SimError, match="round='sideways' is not one of"):
+        _run("TCVT", [a], I32, attrs={"round": "sideways"})
 
 
 ROW_REDUCE = {"TROWSUM": lambda x: x.sum(1, keepdim=True), "TROWMAX": lambda x: x.amax(1, keepdim=True),
