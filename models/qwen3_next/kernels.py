@@ -81,18 +81,21 @@ def _padded_box(x, rows: int, row0, t0, c, C: int, col, width: int):
 
 
 def load_all_heads(op: Heads, rows: int, row0, t0, c, C: int, H: int):
-    """[rows, H, heads/H, C, dim] fp32 (dim 1 squeezed away) of every head of ``op``."""
+    """[rows, H, heads/H, C, dim] fp32 of every head of ``op`` (dim 1: a column per head)."""
     box = _padded_box(op.tensor, rows, row0, t0, c, C, op.col0, op.heads * op.dim)
     x = box.reshape(rows, C, op.heads, op.dim).permute(0, 2, 1, 3)
-    if op.dim == 1:
-        return x.reshape(rows, H, op.heads // H, C)
     return x.reshape(rows, H, op.heads // H, C, op.dim)
 
 
 def load_head(op: Heads, row, t0, c, C: int, head):
-    """[C, dim] fp32 ([C] when dim is 1) of one head of ``op``."""
-    box = _padded_box(op.tensor, 1, row, t0, c, C, op.col0 + head * op.dim, op.dim)
-    return box.reshape(C) if op.dim == 1 else box.reshape(C, op.dim)
+    """[C, dim] fp32 of one head of ``op``. A scalar-per-head operand (dim 1: g, beta) is read for
+    every head as [C, heads] rows and its column picked by a one-hot row of the identity: a
+    width-1 column box would be a strided GM access, which the tile compiler does not do."""
+    if op.dim == 1:
+        rows = _padded_box(op.tensor, 1, row, t0, c, C, op.col0, op.heads).reshape(C, op.heads)
+        one_hot = pypto.view(pypto.constant(torch.eye(op.heads)), [1, op.heads], [head, 0])
+        return pypto.sum(rows * one_hot, -1, keepdim=True)                  # [C, 1]
+    return _padded_box(op.tensor, 1, row, t0, c, C, op.col0 + head * op.dim, op.dim).reshape(C, op.dim)
 
 
 def store_rows(value, op: Heads, row0, t0, c, col):
@@ -181,20 +184,23 @@ def unit_lower_inverse(A, A_diag, masks: ChunkMasks):
 # One chunk of the gated delta rule
 # ----------------------------------------------------------------------------------------------
 
-def _last(x):
-    """x[..., -1:] (the last of a static last dim)."""
-    n = x.shape[-1]
-    return pypto.view(x, list(x.shape[:-1]) + [1], [0] * (x.ndim - 1) + [n - 1])
+def _last_row(x):
+    """x[..., -1:, :] of a static row dim."""
+    n = x.shape[-2]
+    return pypto.view(x, list(x.shape[:-2]) + [1, x.shape[-1]], [0] * (x.ndim - 2) + [n - 1, 0])
 
 
 def _decay(G, mask: torch.Tensor):
-    """exp(G_i - G_j) where mask[i, j], else 0: the difference is masked to -inf before the exp."""
-    return pypto.exp(pypto.where(pypto.constant(mask), G.unsqueeze(-1) - G.unsqueeze(-2), NEG_INF))
+    """exp(G_i - G_j) where mask[i, j], else 0, for a column G [..., n, 1]: the difference is masked to
+    -inf before the exp."""
+    n = G.shape[-2]
+    G_row = G.reshape(*G.shape[:-2], 1, n)
+    return pypto.exp(pypto.where(pypto.constant(mask), G - G_row, NEG_INF))
 
 
 def gated_delta_chunk(q, k, v, g, beta, S, *, scale: float, masks: ChunkMasks, cube_dtype=None):
     """One chunk in fp32, any leading (batch) dims that broadcast: q, k [..., C, K]; v [..., C, V];
-    g, beta [..., C]; S [..., K, V]. Returns (o [..., C, V], S_next [..., K, V]).
+    g, beta columns [..., C, 1]; S [..., K, V]. Returns (o [..., C, V], S_next [..., K, V]).
 
     ``cube_dtype`` (e.g. pypto.bfloat16): round the operands of the chunk's matmuls to it (fp32
     accumulation), as flash-linear-attention does for bf16 models: 4x the fp32 cube rate, at a
@@ -206,28 +212,27 @@ def gated_delta_chunk(q, k, v, g, beta, S, *, scale: float, masks: ChunkMasks, c
         return pypto.matmul(pypto.cast(a, cube_dtype), pypto.cast(b, cube_dtype), out_dtype=pypto.float32, **kw)
 
     C, K = masks.C, k.shape[-1]
-    G = pypto.cumsum(g, -1)                                         # in-chunk cumulative log decay
+    G = pypto.cumsum(g, -2)                                         # in-chunk cumulative log decay [..., C, 1]
     decay = _decay(G, masks.causal)                                 # [..., C, C]
-    beta_col = beta.unsqueeze(-1)
-    A = pypto.where(pypto.constant(masks.strict), beta_col * mm(k, k, b_trans=True) * decay, 0.0)
+    A = pypto.where(pypto.constant(masks.strict), beta * mm(k, k, b_trans=True) * decay, 0.0)
     # the diagonal blocks again, from the keys of each block (cheaper than cutting them out of A)
     nb, b = masks.nb, masks.block
-    lead_k, lead_g = list(k.shape[:-2]), list(G.shape[:-1])
+    lead_k, lead_g = list(k.shape[:-2]), list(G.shape[:-2])
     k_blocks = k.reshape(*lead_k, nb, b, K)
-    G_blocks = G.reshape(*lead_g, nb, b)
-    A_diag = beta.reshape(*lead_g, nb, b).unsqueeze(-1) * mm(k_blocks, k_blocks, b_trans=True) \
+    G_blocks = G.reshape(*lead_g, nb, b, 1)
+    A_diag = beta.reshape(*lead_g, nb, b, 1) * mm(k_blocks, k_blocks, b_trans=True) \
         * _decay(G_blocks, masks.block_strict)
     T = unit_lower_inverse(A, A_diag, masks)                        # [..., C, C]
     eG = pypto.exp(G)
-    U = mm(T, beta_col * v)                               # [..., C, V]
-    W = mm(T, (beta * eG).unsqueeze(-1) * k)              # [..., C, K]
-    D = U - mm(W, S)                                      # [..., C, V]
+    U = mm(T, beta * v)                                             # [..., C, V]
+    W = mm(T, (beta * eG) * k)                                      # [..., C, K]
+    D = U - mm(W, S)                                                # [..., C, V]
     qs = q * scale
-    attn = mm(qs, k, b_trans=True) * decay                # [..., C, C]
-    o = mm(qs * eG.unsqueeze(-1), S) + mm(attn, D)
-    G_last = _last(G)                                               # the last valid token's (padding has g = 0)
-    k_to_end = k * pypto.exp(G_last - G).unsqueeze(-1)              # [..., C, K]
-    S_next = pypto.exp(G_last).unsqueeze(-1) * S + mm(k_to_end, D, a_trans=True)
+    attn = mm(qs, k, b_trans=True) * decay                          # [..., C, C]
+    o = mm(qs * eG, S) + mm(attn, D)
+    G_last = _last_row(G)                                           # the last valid token's (padding has g = 0)
+    k_to_end = k * pypto.exp(G_last - G)                            # [..., C, K]
+    S_next = pypto.exp(G_last) * S + mm(k_to_end, D, a_trans=True)
     return o, S_next
 
 
@@ -318,8 +323,7 @@ def recurrent_gated_delta_rule(q: Heads, k: Heads, v: Heads, g: Heads, beta: Hea
                         qt, kt = l2norm(qt), l2norm(kt)
                     S = pypto.view(state, [K, V], [s_row, 0])
                     ot, S = recurrent_step((qt * scale).reshape(K, 1), kt.reshape(K, 1), load_head(v, row, tt, 1, 1, h),
-                                           load_head(g, row, tt, 1, 1, h).reshape(1, 1),
-                                           load_head(beta, row, tt, 1, 1, h).reshape(1, 1), S)
+                                           load_head(g, row, tt, 1, 1, h), load_head(beta, row, tt, 1, 1, h), S)
                     store_rows(ot.reshape(1, 1, V), o, row, tt, 1, o.col0 + h * V)
                     pypto.assemble(S, [s_row, 0], state)
         return
@@ -331,7 +335,7 @@ def recurrent_gated_delta_rule(q: Heads, k: Heads, v: Heads, g: Heads, beta: Hea
             if use_qk_l2norm:
                 qt, kt = l2norm(qt), l2norm(kt)
             vt = load_all_heads(v, rows, row0, tt, 1, 1, H)                               # [B, H, r, 1, V]
-            gt, bt = (load_all_heads(x, rows, row0, tt, 1, 1, H).unsqueeze(-1) for x in (g, beta))
+            gt, bt = (load_all_heads(x, rows, row0, tt, 1, 1, H) for x in (g, beta))     # [B, H, r, 1, 1]
             S = pypto.view(state, [rows * HV * K, V], [state_row * HV * K, 0]).reshape(rows, H, r, K, V)
             ot, S = recurrent_step((qt * scale).reshape(rows, H, 1, K, 1), kt.reshape(rows, H, 1, K, 1),
                                    vt, gt, bt, S)

@@ -5,8 +5,11 @@ torch, written from the equations); the layer is compared with ``gated_deltanet_
 the same HF-format weights. Errors are relative RMS (||actual - expected||_2 / ||expected||_2):
 at most 1e-5 for fp32 inputs and 5e-3 for bf16 inputs, for outputs and final states.
 
-Every test runs on each backend of BACKENDS; a backend that cannot compile a kernel yet is skipped
-with the reason (the op or pass that is missing), never silently.
+Tests run on each backend of BACKENDS; a backend that cannot compile a kernel yet is skipped with
+the reason (the op or pass that is missing), never silently. The full matrix (fixture ``backend``)
+runs on the interpreter by default and on sim/cpu with --runslow (the simulator executes every PTO
+instruction in Python; the cpu backend compiles each kernel with g++); a representative subset
+(fixture ``any_backend``) runs on every backend by default.
 """
 import functools
 
@@ -43,8 +46,13 @@ def run(backend, fn, *args, **kwargs):
         raise
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=[b if b == "reference" else pytest.param(b, marks=pytest.mark.slow) for b in BACKENDS])
 def backend(request):
+    return request.param
+
+
+@pytest.fixture(params=BACKENDS)
+def any_backend(request):
     return request.param
 
 
@@ -119,6 +127,21 @@ def test_rule_matches_recurrent_oracle(backend, rule, dtype, T, with_state):
     # B=2, H=2 key heads, HV=4 value heads (HV/H = 2), K=V=32
     q, k, v, g, beta, S0 = cached_inputs(2, T, 2, 4, 32, 32, dtype, seed=T, with_state=with_state)
     check_rule(backend, rule, q, k, v, g, beta, S0, TOL[dtype])
+
+
+@pytest.mark.parametrize("rule", list(RULES))
+@pytest.mark.parametrize("case", ["fp32-T65-state", "bf16-T1-no_state"])
+def test_rule_on_every_backend(any_backend, rule, case):
+    dtype = torch.float32 if case.startswith("fp32") else torch.bfloat16
+    T = int(case.split("-")[1][1:])
+    q, k, v, g, beta, S0 = cached_inputs(2, T, 2, 4, 32, 32, dtype, seed=T, with_state=case.endswith("-state"))
+    check_rule(any_backend, rule, q, k, v, g, beta, S0, TOL[dtype])
+
+
+@pytest.mark.parametrize("rule", list(RULES))
+def test_varlen_on_every_backend(any_backend, rule):
+    q, k, v, g, beta, S0 = cached_inputs(1, 90, 2, 4, 32, 32, torch.float32, seed=8, N=3)
+    check_rule(any_backend, rule, q, k, v, g, beta, S0, 1e-5, cu_seqlens=torch.tensor([0, 10, 25, 90]))
 
 
 @pytest.mark.parametrize("rule", list(RULES))
@@ -236,6 +259,12 @@ def test_one_compilation_serves_every_length():
 # Causal conv1d
 # ----------------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("T,with_state,dtype", [(9, True, torch.float32), (1, False, torch.bfloat16)],
+                         ids=["T9-state-fp32", "T1-no_state-bf16"])
+def test_causal_conv1d_on_every_backend(any_backend, T, with_state, dtype):
+    test_causal_conv1d(any_backend, T, with_state, dtype)
+
+
 @pytest.mark.parametrize("T", [1, 2, 9, 64])
 @pytest.mark.parametrize("with_state", [False, True], ids=["no_state", "state"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
@@ -252,7 +281,8 @@ def test_causal_conv1d(backend, T, with_state, dtype):
     assert torch.equal(final, final_ref)
 
 
-def test_causal_conv1d_options(backend):
+def test_causal_conv1d_options(any_backend):
+    backend = any_backend
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(1, 6, 8, generator=gen)
     weight = torch.randn(8, 1, 3, generator=gen)                  # torch Conv1d / HF layout [D, 1, W]
@@ -263,7 +293,8 @@ def test_causal_conv1d_options(backend):
 
 @pytest.mark.parametrize("state_len", [3, 4], ids=["W-1", "W"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_causal_conv1d_update(backend, state_len, dtype):
+def test_causal_conv1d_update(any_backend, state_len, dtype):
+    backend = any_backend
     gen = torch.Generator().manual_seed(state_len)
     B, D, W = 2, 16, 4
     weight, bias = torch.randn(D, W, generator=gen).to(dtype), torch.randn(D, generator=gen).to(dtype)
@@ -293,7 +324,8 @@ def run_layer(backend, layer, *args):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_layer_prefill(backend, dtype):
+def test_layer_prefill(any_backend, dtype):
+    backend = any_backend
     cfg, weights, layer = make_layer(dtype, 3, backend)
     x = torch.randn(2, 73, cfg.hidden_size, generator=torch.Generator().manual_seed(5)).to(dtype)
     y = run_layer(backend, layer, x)
