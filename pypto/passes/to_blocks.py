@@ -23,8 +23,8 @@ from ..ir.tile_graph import GMTile, TileProgram
 
 def _sx(v, m):
     if isinstance(v, sympy.Basic) and m:
-        r = v.xreplace(m)
-        return sym.simplify(r) if r.is_Integer else r
+        r = sympy.sympify(v.xreplace(m))
+        return int(r) if r.is_Integer else r
     return v
 
 
