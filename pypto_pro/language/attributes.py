@@ -20,6 +20,7 @@ def attribute(parser, obj, attr: str, node, frame):
         table = {"next": lambda: Intrinsic(_next, obj, f"{obj.name}.next"),
                  "current": lambda: Intrinsic(_current, obj, f"{obj.name}.current"),
                  "previous": lambda: Intrinsic(_previous, obj, f"{obj.name}.previous"),
+                 "at": lambda: Intrinsic(_at, obj, f"{obj.name}.at"),
                  "depth": lambda: obj.depth, "type": lambda: obj.ttype}
     else:
         try:
@@ -78,6 +79,7 @@ def _next(parser, call, group: TileGroup):
     _section_core(parser, call)
     cur = parser.cursor(group)
     cur.pos = (cur.pos + 1) % group.depth
+    cur.known = True
     return slot_value(parser, group, cur.pos, acquire=True)
 
 
@@ -103,6 +105,16 @@ def _previous(parser, call, group):
     if not isinstance(k, int) or k < 0:
         raise call.error("previous(k) takes a compile-time int k >= 0", at=0)
     return _previous_slot(parser, call, group, k)
+
+
+def _at(parser, call, group):
+    """group.at(i): slot i as it is now (no acquisition, the cursor does not move)."""
+    b = call.bind(["index"], f"{group.name}.at(i)")
+    i = b["index"]
+    if not isinstance(i, int) or isinstance(i, bool) or not -group.depth <= i < group.depth:
+        raise call.error(f"{group.name}.at(i) takes a compile-time slot index in 0..{group.depth - 1}", at=0)
+    _section_core(parser, call)
+    return slot_value(parser, group, i % group.depth, acquire=False)
 
 
 def _with_valid(parser, call, tile: TileValue):

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 from pypto.ir.block import For, If, Instr, SetFlag, WaitFlag
 
-from .errors import SyncError
 
 ENTRY = ("entry",)          # dry run of a loop body: the state the loop will be entered in (unknown yet)
 
@@ -415,32 +414,8 @@ def synchronize_block(block, section, machine, copy_of=None, loop_src=None) -> d
     ps.run(block.body, root)
     ps.finish(root)
     block.body = root.materialize()
-    return allocate_events(block, ps, machine)
-
-
-def allocate_events(block, ps: PipeSync, machine) -> dict:
-    """Give each channel of a pipe pair its own event id; more channels than ids is an error."""
-    from pypto.ir.block import walk
-    used: dict = {}
-    for s in walk(block.body):
-        if isinstance(s, (SetFlag, WaitFlag)):
-            ch = ps.chan_of[id(s)]
-            lst = used.setdefault((ch.src, ch.dst), [])
-            if ch not in lst:
-                lst.append(ch)
-    limit = machine.memory["event_ids"]
-    for (src, dst), chans in used.items():
-        if len(chans) > limit:
-            raise SyncError(f"{block.name}: automatic synchronisation needs {len(chans)} event ids for "
-                            f"{src} -> {dst}, the machine has {limit}", None,
-                            hint="use fewer buffer slots handed between these pipes, or synchronise by hand "
-                                 "(pl.system.sync_src / sync_dst)")
-        for i, ch in enumerate(chans):
-            ch.event = i
-    for s in walk(block.body):
-        if isinstance(s, (SetFlag, WaitFlag)):
-            s.event = ps.chan_of[id(s)].event
-    return {f"{a}->{b}": len(c) for (a, b), c in used.items()}
+    from .events import allocate_events
+    return allocate_events(block, ps.chan_of, machine)
 
 
 def synchronize(blocks, parser, machine) -> dict:
