@@ -82,6 +82,7 @@ def plan_fusion(g, machine, *, enable: bool = True) -> FusionPlan:
             groups[nid] = grp
             group_of[nid] = nid
     if enable:
+        succ = _item_graph(g, group_of)
         for nid in g.nodes():
             if nid not in spaces:
                 continue
@@ -89,12 +90,13 @@ def plan_fusion(g, machine, *, enable: bool = True) -> FusionPlan:
                 gp, gc = group_of.get(src), group_of[nid]
                 if gp is None or gp == gc or groups[gp].kind != "vector":
                     continue
-                if _try_merge(g, groups, group_of, spaces, groups[gp], groups[gc], ub):
+                if _try_merge(g, groups, succ, spaces, groups[gp], groups[gc], ub):
                     merged = groups[gc]
                     for n in groups[gp].nodes:
                         group_of[n] = gc
                     merged.nodes = sorted(merged.nodes + groups[gp].nodes)
                     del groups[gp]
+                    _merge_items(succ, gp, gc)
     order = _item_order(g, groups, group_of)
     return FusionPlan({k: grp.roots() for k, grp in groups.items()}, group_of, spaces, order)
 
@@ -143,7 +145,7 @@ def _edge_pairs(g, spaces, gp: Group, gc: Group):
     return pairs, values
 
 
-def _try_merge(g, groups, group_of, spaces, gp: Group, gc: Group, ub) -> bool:
+def _try_merge(g, groups, succ, spaces, gp: Group, gc: Group, ub) -> bool:
     gp.roots(), gc.roots()
     pairs, values = _edge_pairs(g, spaces, gp, gc)
     if not pairs and not values:
@@ -163,7 +165,7 @@ def _try_merge(g, groups, group_of, spaces, gp: Group, gc: Group, ub) -> bool:
         merged_dims, rename = gp.dims, None
     else:
         return False
-    if _creates_cycle(g, group_of, gp.id, gc.id):
+    if _creates_cycle(succ, gp.id, gc.id):
         return False
     # tentative: capacity of the merged group at its smallest tiles
     def ren(d):
@@ -223,13 +225,27 @@ def _ordered(images, dims) -> bool:
     return None not in idx and idx == sorted(idx) and len(set(idx)) == len(idx)
 
 
-def _creates_cycle(g, group_of, gp, gc) -> bool:
-    """True when gc reaches gp, or gp reaches gc through some third group."""
+def _item_graph(g, group_of) -> dict:
+    """Successor sets between items (a group id, or ("n", node) for a node in no group)."""
     succ = {}
     for src, dst in g.nx.edges:
         a, b = group_of.get(src, ("n", src)), group_of.get(dst, ("n", dst))
         if a != b:
             succ.setdefault(a, set()).add(b)
+    return succ
+
+
+def _merge_items(succ, gp, gc) -> None:
+    succ[gc] = (succ.get(gc, set()) | succ.pop(gp, set())) - {gc, gp}
+    for x, out in succ.items():
+        if gp in out:
+            out.discard(gp)
+            if x != gc:
+                out.add(gc)
+
+
+def _creates_cycle(succ, gp, gc) -> bool:
+    """True when gc reaches gp, or gp reaches gc through some third item."""
     def reach(start, target, skip_direct):
         stack = [s for s in succ.get(start, ()) if not (skip_direct and s == target)]
         seen = set(stack)

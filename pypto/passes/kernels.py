@@ -145,34 +145,66 @@ def parameterise(block: Block) -> dict:
     return {p.name: s for s, p in mapping.items()}
 
 
-def _structure_key(kernel: Kernel) -> str:
-    texts = []
+def _stmt_key(st):
+    if isinstance(st, Instr):
+        ops = tuple((o.param, tuple(o.offsets)) if isinstance(o, GMRegion) else o for o in st.operands)
+        return ("I", st.op, ops, str(st.pipe), tuple(sorted((k, str(v)) for k, v in st.attrs.items())))
+    if isinstance(st, For):
+        return ("F", st.var, st.start, st.stop, st.step, tuple(_stmt_key(x) for x in st.body))
+    if isinstance(st, If):
+        return ("C", st.cond, tuple(_stmt_key(x) for x in st.then_body), tuple(_stmt_key(x) for x in st.else_body))
+    return (type(st).__name__, tuple(str(v) for v in vars(st).values()))
+
+
+def _structure_key(kernel: Kernel):
+    """A hashable summary of a kernel's blocks (names of the kernel aside), equal for equal programs."""
+    out = []
     for b in kernel.blocks:
-        name = b.name
-        b.name = "_"
-        texts.append(print_block(b))
-        b.name = name
-    return "\n".join(texts)
+        out.append((str(b.core), tuple((g.name, g.dtype.name, tuple(g.shape)) for g in b.gm_params),
+                    tuple(b.scalar_params),
+                    tuple((t.name, str(t.space), t.dtype.name, tuple(t.shape), t.valid, t.layout) for t in b.tiles),
+                    tuple(_stmt_key(x) for x in b.body)))
+    return tuple(out)
+
+
+def _program_key(p):
+    """A hashable summary of a tile program, buffers and source lines aside."""
+    def opk(op):
+        ops = tuple((o.param, tuple(o.offsets)) if hasattr(o, "param") else o for o in op.operands)
+        return (op.op, ops, op.phase, tuple(sorted((k, str(v)) for k, v in op.attrs.items())), op.guard,
+                tuple(opk(x) for x in op.otherwise))
+    return (p.kind, tuple((a.name, a.size, a.tile, a.role) for a in p.axes),
+            tuple((q.name, q.dtype.name, tuple(q.shape), q.mode) for q in p.params),
+            tuple((t.name, str(t.space), t.dtype.name, tuple(t.shape), tuple(t.valid), t.phase)
+                  for t in p.tiles.values()),
+            tuple(opk(op) for op in p.ops), tuple(sorted((k, str(v)) for k, v in p.attrs.items())))
 
 
 # ---------------------------------------------------------------- the pass
 def lower_blocks(tg: TileGraph, machine) -> BlockGraph:
     kernels, by_key, regions = {}, {}, {}
 
+    seen_programs = {}
+
     def task_of(p):
-        core = CoreType.AIC if p.kind == "matmul" else CoreType.AIV
-        kernel, block_dim, reg = lower_program(p, machine, core)
-        binding = {}
-        for b in kernel.blocks:
-            binding.update(parameterise(b))
-        key = _structure_key(kernel)
-        if key in by_key:
-            kname = by_key[key]
+        pkey = _program_key(p)
+        if pkey in seen_programs:
+            kname, block_dim, binding = seen_programs[pkey]
         else:
-            kname = kernel.name
-            by_key[key] = kname
-            kernels[kname] = kernel
-            regions[kname] = reg
+            core = CoreType.AIC if p.kind == "matmul" else CoreType.AIV
+            kernel, block_dim, reg = lower_program(p, machine, core)
+            binding = {}
+            for b in kernel.blocks:
+                binding.update(parameterise(b))
+            key = _structure_key(kernel)
+            if key in by_key:
+                kname = by_key[key]
+            else:
+                kname = kernel.name
+                by_key[key] = kname
+                kernels[kname] = kernel
+                regions[kname] = reg
+            seen_programs[pkey] = (kname, block_dim, binding)
         gm_args = {q.name: q.buffer for q in p.params}
         reads = [_whole(tg, q.buffer) for q in p.params if q.mode in ("in", "inout")]
         writes = [_whole(tg, q.buffer) for q in p.params if q.mode in ("out", "inout")]
