@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import math
 
-GRID = 16            # at most GRID x GRID cells per base buffer
-MIN_CELL = (8, 64)   # rows, cols
+WIDE_CELLS = 64      # a box over more grid cells than this is kept in the per-buffer "wide" list
 
 
 class Geometry:
@@ -87,36 +86,39 @@ def _covers(a, b) -> bool:
 
 
 class DependencyTracker:
+    """Earlier accesses per base buffer, in a sparse grid whose cells take the size of the first box
+    seen (tiles of one buffer are usually alike); a box spanning more than ``WIDE_CELLS`` cells (or the
+    whole buffer) goes to a short list every lookup scans instead."""
+
     def __init__(self, geometry: Geometry):
         self.geo = geometry
         self.grids: dict = {}       # base -> {(cell_r, cell_c): [(box, tid, is_write)]}
-        self.whole: dict = {}       # base -> [(box, tid, is_write)] for accesses of the whole base
+        self.wide: dict = {}        # base -> [(box, tid, is_write)]
         self.cell: dict = {}
 
-    def _is_whole(self, box) -> bool:
-        rows, cols, _ = self.geo.base_rc[box[0]]
-        return box[1] == 0 and box[3] == 0 and box[2] >= rows and box[4] >= cols
-
-    def _cells(self, box):
+    def _cell_range(self, box):
         base = box[0]
-        if base not in self.cell:
-            rows, cols, _ = self.geo.base_rc[base]
-            self.cell[base] = (max(MIN_CELL[0], -(-rows // GRID)), max(MIN_CELL[1], -(-cols // GRID)))
-            self.grids[base] = {}
-        cr, cc = self.cell[base]
-        grid = self.grids[base]
-        for r in range(box[1] // cr, (box[2] - 1) // cr + 1):
-            for c in range(box[3] // cc, (box[4] - 1) // cc + 1):
-                yield grid, (r, c)
+        cr, cc = self.cell.setdefault(base, (max(1, box[2] - box[1]), max(1, box[4] - box[3])))
+        r0, r1 = box[1] // cr, (box[2] - 1) // cr + 1
+        c0, c1 = box[3] // cc, (box[4] - 1) // cc + 1
+        return r0, r1, c0, c1, (r1 - r0) * (c1 - c0)
 
     def _candidates(self, box):
-        yield from self.whole.get(box[0], ())
-        if self._is_whole(box):
-            for lst in self.grids.get(box[0], {}).values():
+        base = box[0]
+        yield from self.wide.get(base, ())
+        grid = self.grids.get(base)
+        if not grid:
+            return
+        r0, r1, c0, c1, n = self._cell_range(box)
+        if n > len(grid):
+            for lst in grid.values():
                 yield from lst
-        else:
-            for grid, key in self._cells(box):
-                yield from grid.get(key, ())
+            return
+        for r in range(r0, r1):
+            for c in range(c0, c1):
+                lst = grid.get((r, c))
+                if lst:
+                    yield from lst
 
     def add(self, tid: int, reads: list, writes: list) -> set:
         """Record a task's accesses (boxes); returns the ids of earlier tasks it must follow."""
@@ -137,17 +139,27 @@ class DependencyTracker:
 
     def _record(self, box, tid, write):
         base = box[0]
-        if self._is_whole(box):
-            if write:                           # ordered after everything before: forget it all
-                self.grids[base] = {}
-                self.whole[base] = []
-            self.whole.setdefault(base, []).append((box, tid, write))
+        entry = (box, tid, write)
+        r0, r1, c0, c1, n = self._cell_range(box)
+        if n > WIDE_CELLS:
+            wide = self.wide.setdefault(base, [])
+            if write:                  # later accesses overlapping what it covers also overlap it
+                wide[:] = [e for e in wide if not _covers(box, e[0])]
+                if self.geo_whole(box):
+                    self.grids[base] = {}
+            wide.append(entry)
             return
-        for grid, key in self._cells(box):
-            lst = grid.get(key)
-            if lst is None:
-                grid[key] = [(box, tid, write)]
-                continue
-            if write:
-                lst[:] = [e for e in lst if not _covers(box, e[0])]
-            lst.append((box, tid, write))
+        grid = self.grids.setdefault(base, {})
+        for r in range(r0, r1):
+            for c in range(c0, c1):
+                lst = grid.get((r, c))
+                if lst is None:
+                    grid[(r, c)] = [entry]
+                    continue
+                if write:
+                    lst[:] = [e for e in lst if not _covers(box, e[0])]
+                lst.append(entry)
+
+    def geo_whole(self, box) -> bool:
+        rows, cols, _ = self.geo.base_rc[box[0]]
+        return box[1] == 0 and box[3] == 0 and box[2] >= rows and box[4] >= cols

@@ -11,7 +11,7 @@ free cores, cores run them; time advances event by event (submissions, dispatche
   furthest behind in simulated time, interleaved with the scheduler's events in time order — so
   every core's GM transfers claim shared bandwidth in (nearly) time order.
 
-Policies choose among the block instances waiting for cores:
+Policies choose among the block instances waiting for cores (one queue per kind of cores needed):
   ``fifo``      oldest first (one that cannot get its core type lets later ones pass);
   ``locality``  the one whose producers finished most recently first (its inputs are the likeliest
                 to be in L2), on the core that ran one of its producers when that core is free.
@@ -38,8 +38,11 @@ class Scheduler:
         self.threads = [0.0] * max(1, spec.cores.get("aicpu", 2) - 1)
         self.aic_busy = [False] * len(state.aic)
         self.aiv_busy = [False] * len(state.aiv)
+        self.n_free_aic, self.n_free_aiv = len(state.aic), len(state.aiv)
         self.per = state.aiv_per_aic
-        self.waiting: list = []          # (instance, block_idx) waiting for cores
+        # block instances waiting for cores, one priority queue per kind of cores they need
+        self.queues: dict = {"AIV": [], "AIC": [], "cluster": []}
+        self.enqueued = 0
         self.events: list = []
         self.seq = 0
         self.now = 0.0
@@ -115,8 +118,11 @@ class Scheduler:
         if inst.block_dim <= 0:
             self.finished(inst)
             return
+        queue = self.queues[self.launch.kind(inst)]
         for k in range(inst.block_dim):
-            self.waiting.append((inst, k))
+            self.enqueued += 1
+            key = (-inst.fresh, inst.id, k) if self.policy == "locality" else (self.enqueued,)
+            heapq.heappush(queue, (key, self.enqueued, inst, k))
 
     def finished(self, inst):
         for d in inst.dependents:
@@ -136,6 +142,8 @@ class Scheduler:
     def free_cores(self, kind, inst):
         """The cores the block instance would take now — (kind, index) — or None."""
         st = self.state
+        if (kind != "AIV" and not self.n_free_aic) or (kind != "AIC" and self.n_free_aiv < (self.per if kind == "cluster" else 1)):
+            return None
         if kind == "cluster":
             pool = st.aic
             cands = [c for c in range(len(st.aic)) if self.cluster_free(c)]
@@ -152,42 +160,37 @@ class Scheduler:
 
     def occupy(self, cores, flag: bool):
         kind, i = cores
+        d = -1 if flag else 1
+        if kind in ("AIC", "cluster"):
+            self.aic_busy[i] = flag
+            self.n_free_aic += d
         if kind == "AIV":
             self.aiv_busy[i] = flag
-        elif kind == "AIC":
-            self.aic_busy[i] = flag
-        else:
-            self.aic_busy[i] = flag
+            self.n_free_aiv += d
+        elif kind == "cluster":
             for v in range(i * self.per, (i + 1) * self.per):
                 self.aiv_busy[v] = flag
+            self.n_free_aiv += d * self.per
 
     def release(self, cores):
         self.occupy(cores, False)
 
     def assign(self):
-        waiting = self.waiting
-        if not waiting:
-            return
-        if self.policy == "locality" and len(waiting) > 1:
-            waiting.sort(key=lambda e: (-e[0].fresh, e[0].id, e[1]))
-        free_aiv = self.aiv_busy.count(False)
-        free_aic = self.aic_busy.count(False)
-        i = 0
-        while i < len(waiting) and (free_aiv or free_aic):
-            inst, k = waiting[i]
-            kind = self.launch.kind(inst)
-            if (kind == "AIV" and not free_aiv) or (kind == "AIC" and not free_aic) or \
-                    (kind == "cluster" and (not free_aic or free_aiv < self.per)):
-                i += 1
-                continue
-            cores = self.free_cores(kind, inst)
-            if cores is None:
-                i += 1
-                continue
-            waiting.pop(i)
+        """Start waiting block instances while cores are free: the best head among the queues whose
+        cores are available (fifo: the oldest; locality: the freshest inputs)."""
+        queues = self.queues
+        while True:
+            best = None
+            for kind, q in queues.items():
+                if q and (best is None or q[0][0] < best[1][0][0]):
+                    cores = self.free_cores(kind, q[0][2])
+                    if cores is not None:
+                        best = (kind, q, cores)
+            if best is None:
+                return
+            kind, q, cores = best
+            _, _, inst, k = heapq.heappop(q)
             self.start(inst, k, cores)
-            free_aiv = self.aiv_busy.count(False)
-            free_aic = self.aic_busy.count(False)
 
     def start(self, inst, k, cores):
         self.occupy(cores, True)
