@@ -351,51 +351,72 @@ def _activate(y, activation):
     return pypto.silu(y) if activation in ("silu", "swish") else y
 
 
-def _join(a, b, dim: int):
-    """concat([a, b], dim) written as assembles into a new tensor (the compiled backends do not
-    lower ``concat`` yet; ``assemble`` is what every loop's output writes use)."""
-    dim = dim % a.ndim
-    shape = list(a.shape)
-    shape[dim] = a.shape[dim] + b.shape[dim]
-    out = pypto.zeros(*shape, dtype=a.dtype)
-    pypto.assemble(a, [0] * a.ndim, out)
-    pypto.assemble(b, [a.shape[dim] if d == dim else 0 for d in range(a.ndim)], out)
+def _eye(rows: int, cols: int | None = None):
+    return pypto.constant(torch.eye(rows, cols if cols is not None else rows))
+
+
+def transpose_last2(x):
+    """x^T over the last two dims, computed by the cube as x^T @ I (exact): the vector tiles of the
+    compiled backends cannot read a transposed GM box yet, the cube's operand loads can."""
+    return pypto.matmul(x, _eye(x.shape[-2]), a_trans=True)
+
+
+def _rows_join(a, b):
+    """concat([a, b]) along dim 1 (time) of [B, t, D] tensors, as two row-box writes into a new tensor."""
+    out = pypto.zeros(a.shape[0], a.shape[1] + b.shape[1], a.shape[2], dtype=a.dtype)
+    pypto.assemble(a, [0, 0, 0], out)
+    pypto.assemble(b, [0, a.shape[1], 0], out)
     return out
 
 
 def causal_conv1d(x, weight, bias, history, *, activation):
     """y[b, t] = act(bias + sum_w weight[:, w] * xx[b, t + w]) with xx = [history, x] along time.
     x [B, T, D]; weight [D, W]; bias [D] or None; history [B, D, W-1] or None (zeros).
-    Returns (y [B, T, D] fp32, final history [B, D, W-1] fp32 or None when W == 1)."""
+    Returns (y [B, T, D] fp32, final history [B, D, W-1] fp32 or None when W == 1).
+
+    Time runs along rows, channels along the contiguous last dim: each tap is a row-shifted box of
+    xx times a row of weight^T; the channel-major history and weight are transposed on the cube."""
     B, T, D = x.shape
     W = weight.shape[1]
     xx = fp32(x)
     if W > 1:
-        past = pypto.zeros(B, W - 1, D) if history is None else fp32(history).permute(0, 2, 1)
-        xx = _join(past, xx, 1)                                               # [B, W-1+T, D]
-    wf = fp32(weight)
+        past = pypto.zeros(B, W - 1, D) if history is None else transpose_last2(fp32(history))
+        xx = _rows_join(past, xx)                                            # [B, W-1+T, D]
+    taps = transpose_last2(fp32(weight))                                     # [W, D]
     y = None
     for w in range(W):                     # one shifted multiply-add per tap (W = 4 in Qwen3-Next)
-        tap = xx[:, w:w + T, :] * wf[:, w]
+        tap = xx[:, w:w + T, :] * taps[w]
         y = tap if y is None else y + tap
     if bias is not None:
         y = y + fp32(bias)
-    final = xx[:, T:T + W - 1, :].permute(0, 2, 1) if W > 1 else None
+    final = transpose_last2(xx[:, T:T + W - 1, :]) if W > 1 else None      # [B, D, W-1]
     return _activate(y, activation), final
 
 
 def causal_conv1d_update(x, conv_state, weight, bias, *, activation):
     """One token: x [B, D]; conv_state [B, D, S >= W-1] (oldest first) is shifted left by one with x
     appended, in place; returns act(bias + sum_w weight[:, w] * window[:, :, w]) [B, D] fp32 with
-    window = [conv_state[..., S-W+1:], x]."""
+    window = [conv_state[..., S-W+1:], x].
+
+    Column moves are written as products with 0/1 matrices and one-hot rows (exact), since the
+    compiled backends do not move single columns: window = state[..., S-W+1:] @ [I | 0] + x e_W^T,
+    new state = state @ shift + x e_S^T."""
     S = conv_state.shape[2]
     W = weight.shape[1]
-    x_col = pypto.cast(x, conv_state.dtype).unsqueeze(-1)                  # [B, D, 1]
-    window = _join(conv_state[:, :, S - (W - 1):], x_col, -1) if W > 1 else x_col
-    y = pypto.sum(fp32(window) * fp32(weight), -1)
+    x_col = fp32(x).unsqueeze(-1)                                            # [B, D, 1]
+
+    def one_hot(n, i):
+        return pypto.view(_eye(n), [1, n], [i, 0])                           # [1, n]
+    window = x_col * one_hot(W, W - 1)                                       # [B, D, W]
+    if W > 1:
+        window = window + pypto.matmul(fp32(conv_state[:, :, S - (W - 1):]), _eye(W - 1, W))
+    y = pypto.sum(window * fp32(weight), -1)
     if bias is not None:
         y = y + fp32(bias)
     if S > 0:
-        shifted = _join(conv_state[:, :, 1:], x_col, -1) if S > 1 else x_col
-        pypto.assemble(shifted, [0, 0, 0], conv_state)
+        shift = pypto.constant(torch.diag(torch.ones(S - 1), -1)) if S > 1 else None    # column j+1 -> j
+        shifted = x_col * one_hot(S, S - 1)
+        if shift is not None:
+            shifted = shifted + pypto.matmul(fp32(conv_state), shift)
+        pypto.assemble(pypto.cast(shifted, conv_state.dtype), [0, 0, 0], conv_state)
     return _activate(y, activation)
