@@ -67,13 +67,13 @@ class Core:
 
 
 class CoreRun:
-    def __init__(self, unit, core: Core, cb, env: dict, gm: dict, t0: float, functional: bool, check: bool,
+    def __init__(self, state, core: Core, cb, env: dict, gm: dict, t0: float, functional: bool, check: bool,
                  slot: int = 0, n_slots: int = 1, gm_records=None):
-        self.unit, self.core, self.cb = unit, core, cb
+        self.state, self.core, self.cb = state, core, cb
         self.free = [t0] * NPIPES
         self.done = [t0] * NPIPES
         self.issue = t0
-        self.scalar_cycles = unit.scalar_cycles
+        self.scalar_cycles = state.scalar_cycles
         self.pending = [None] * NPIPES
         self.npending = 0
         self.draining = [False] * NPIPES
@@ -89,7 +89,7 @@ class CoreRun:
         self.functional = functional
         self.check = check
         self.views = core.views(cb) if functional else None
-        self.trace = unit.trace_events
+        self.trace = state.trace_events
         self.busy = core.busy
         # vector clocks span every pipe of the instance's cores: actor of pipe p here = base + p
         self.base = base = slot * NPIPES
@@ -244,17 +244,17 @@ class CoreRun:
                 m = cop.measure(vals)
                 if len(cop.mcache) < 1024:
                     cop.mcache[key] = m
-        occ, nbytes, port, flops, vec = m
-        unit = self.unit
+        occ, nbytes, port, flops, vec, elems = m
+        st = self.state
         if nbytes:
             if not self.functional and not cop.gm_fits(vals, self.gm[cop.gm_param]):
                 gm_index(cop, vals, self.gm[cop.gm_param])     # raises, explaining the box
-            gmm = unit.gmem
+            gmm = st.gmem
             write = cop.region == "store"
             hit = gmm.l2_lookup((self.gm_names[cop.gm_param], cop.trans, vals), nbytes, write)
             end = gmm.transfer(start + occ, nbytes, port, hit)
-            done = end + unit.gm_latency
-            unit.gm_bytes += nbytes
+            done = end + st.gm_latency
+            st.gm_bytes += nbytes
         else:
             end = start + occ
             done = end
@@ -262,13 +262,13 @@ class CoreRun:
         if done > self.done[p]:
             self.done[p] = done
         self.busy[p] += end - start
-        unit.n_instr += 1
+        st.n_instr += 1
         if flops:
-            unit.cube_flops += flops
-            unit.cube_cycles += vec
+            st.cube_flops += flops
+            st.cube_cycles += vec
         elif vec:
-            unit.vec_cycles += vec
-            unit.vec_ops += vals[0] * vals[1]
+            st.vec_cycles += vec
+            st.vec_ops += elems
         if self.check:
             self.race_check(cop)
             if nbytes:

@@ -63,7 +63,8 @@ class CostModel:
         return self.trans_factor if f is None else f
 
     def measure_fn(self, cop):
-        """A function vals -> (occupancy or issue cycles, gm_bytes, port B/cycle, cube_flops, ideal cycles).
+        """A function vals -> (occupancy or issue cycles, gm_bytes, port B/cycle, cube_flops, ideal cycles,
+        vector elements).
         ``gm_bytes`` > 0 means a GM transfer whose duration the shared-bandwidth model decides; ideal
         cycles are the unit's work at its peak rate (cube or vector), for the roofline."""
         region, pipe = cop.region, cop.pipe_enum
@@ -87,7 +88,7 @@ class CostModel:
             rows, cols = vals[ri], vals[ri + 1]
             repeats = rows * _ceil(cols * width, bpc)
             ideal = rows * cols * width / bpc * factor
-            return (issue + repeats * factor, 0, 0, 0, ideal)
+            return (issue + repeats * factor, 0, 0, 0, ideal, rows * cols)
         return measure
 
     def _cube(self, cop):
@@ -101,7 +102,7 @@ class CostModel:
             m, n, k = vals[0], vals[1], vals[3]
             cycles = _ceil(m, frac) * _ceil(n, frac) * _ceil(k, frac) * fractal_cycles
             flops = 2.0 * m * n * k
-            return (issue + cycles, 0, 0, flops, flops / per_cycle)
+            return (issue + cycles, 0, 0, flops, flops / per_cycle, 0)
         return measure
 
     def _gm(self, cop, isz):
@@ -116,7 +117,7 @@ class CostModel:
             if trans:
                 rows, cols = cols, rows
             nbytes = rows * _ceil(cols * gm_isz, burst) * burst
-            return (issue, nbytes, port, 0, 0.0)
+            return (issue, nbytes, port, 0, 0.0, 0)
         return measure
 
     def _local_move(self, cop, isz):
@@ -125,5 +126,5 @@ class CostModel:
         width = max(isz)
 
         def measure(vals):
-            return (issue + vals[0] * vals[1] * width / port, 0, 0, 0, 0.0)
+            return (issue + vals[0] * vals[1] * width / port, 0, 0, 0, 0.0, 0)
         return measure
