@@ -6,6 +6,9 @@
   single-dim reductions (from the innermost dim out, accumulating fp16/bf16 in fp32 as the single
   reduction would);
 * ``argmax`` over the whole of a tensor of rank > 1 reduces its flattened form;
+* ``index_select`` and ``gather`` become a select against a generated index and a sum over it
+  (exact: one term is the value, the others zero), so they run on the vector unit without
+  data-dependent addressing;
 * dead nodes drop out (rebuild keeps only what the outputs need).
 """
 from __future__ import annotations
@@ -92,7 +95,46 @@ def _flatten_argmax(g, nid, ins):
     return out
 
 
-RULES = {"cast": _fold_cast, "argmax": _flatten_argmax}
+def _onehot_sum(sel, dim, out_dt):
+    t = P.sum(sel, dim)
+    return t if t.dtype == out_dt else P.cast(t, out_dt)
+
+
+def _index_select(g, nid, ins):
+    x, idx = ins
+    d = g.node(nid)["attrs"]["dim"]
+    v = x.shape[d]
+    r = x.ndim
+    mask = P.eq(P.reshape(P.arange(0, v, 1, dtype=idx.dtype), (1, v)), P.reshape(idx, (idx.shape[0], 1)))
+    mask = P.reshape(mask, (1,) * d + (idx.shape[0], v) + (1,) * (r - d - 1))
+    xb = P.reshape(x, tuple(x.shape[:d]) + (1,) + tuple(x.shape[d:]))
+    return _onehot_sum(P.where(mask, xb, 0), d + 1, x.dtype)
+
+
+def _gather(g, nid, ins):
+    x, idx = ins
+    d = g.node(nid)["attrs"]["dim"]
+    k = x.shape[d]
+    r = x.ndim
+    # x narrowed to the index's extent in the other dims, the gathered dim moved last
+    box = tuple(idx.shape[j] if j != d else x.shape[j] for j in range(r))
+    if box != tuple(x.shape):
+        x = P.view(x, box, (0,) * r)
+    if d != r - 1:
+        x = P.permute(x, *[j for j in range(r) if j != d], d)
+        idx = P.permute(idx, *[j for j in range(r) if j != d], d)
+    mask = P.eq(P.reshape(P.arange(0, k, 1, dtype=idx.dtype), (1,) * r + (k,)),
+                P.reshape(idx, tuple(idx.shape) + (1,)))
+    xb = P.reshape(x, tuple(x.shape[:-1]) + (1, k))
+    out = _onehot_sum(P.where(mask, xb, 0), r, x.dtype)
+    if d != r - 1:
+        inv = list(range(r - 1))
+        inv.insert(d, r - 1)
+        out = P.permute(out, *inv)
+    return out
+
+
+RULES = {"cast": _fold_cast, "argmax": _flatten_argmax, "index_select": _index_select, "gather": _gather}
 RULES |= {op: _split_reduce for op in SPLITTABLE}
 
 

@@ -55,7 +55,7 @@ def _hint_tiles(tiler, sizes):
     return None, None
 
 
-def vector_tiles(tiler, sizes, row_adjacent: bool) -> list:
+def vector_tiles(tiler, sizes, modes) -> list:
     canon, spec = tiler.canon, tiler.machine
     n = len(sizes)
     if n == 0:
@@ -71,11 +71,18 @@ def vector_tiles(tiler, sizes, row_adjacent: bool) -> list:
             fixed[k] = sizes[k]
         elif kind == "grid":
             fixed[k] = 1
-    if not row_adjacent and canon.row is not None and canon.row not in fixed:
+    if modes & {"rows1", "point", "trans_rows1"} and canon.row is not None:
         fixed[canon.row] = 1
+    if "point" in modes:
+        fixed[canon.col] = 1
+    if modes & {"trans", "trans_rows1"}:          # the transposing load needs its rows and columns aligned for both dtypes
+        for k in (canon.col, canon.row):
+            if k is not None and k not in fixed and isinstance(sizes[k], int) and sizes[k] > 16:
+                fixed[k] = min(64, -(-sizes[k] // 16) * 16)
     if hinted is not None:
         for k in range(n):
-            tiles[k] = fixed.get(k, max(1, hinted[k]))
+            tiles[k] = fixed[k] if k in fixed and (canon.roles[k] == "whole" or canon.kind(k) == "grid"
+                                                   or fixed[k] == 1) else max(1, hinted[k])
             if isinstance(sizes[k], int) and k not in fixed:
                 tiles[k] = min(tiles[k], sizes[k])
         if working_set(tiler, tiles) > spec.capacity["UB"]:

@@ -222,7 +222,7 @@ class _Body:
     # ------------------------------------------------------------------ emission
     def run(self):
         self._plan()
-        from .vector_tiling import VectorTiler
+        from .vector_tiling import NeedsCopy, VectorTiler
         g = self.g
         for kind, ident in self.plan.order:
             if kind == "group":
@@ -240,9 +240,20 @@ class _Body:
                 for n in grp.nodes:
                     if any(u not in members for u in g.users(n)) or n in self.wants:
                         stores[n] = self._store_target(n)
-                tiler = VectorTiler(g, grp, self.plan, self.storage, stores, self.scope.view, self.scope.machine,
-                                    _pname(g, grp, self.scope))
-                self.items.append(tiler.build())
+                name = _pname(g, grp, self.scope)
+                for _attempt in range(8):
+                    try:
+                        prog = VectorTiler(g, grp, self.plan, self.storage, stores, self.scope.view,
+                                           self.scope.machine, name).build()
+                        break
+                    except NeedsCopy as need:
+                        src = need.src
+                        info = g.info(src)
+                        tmp = st.full_access(self.scope.add_buffer(f"ws{src}_c", info.shape, info.dtype,
+                                                                   "workspace"))
+                        self._copy(src, tmp)
+                        self.storage[src] = tmp
+                self.items.append(prog)
                 for n in stores:
                     self._extra_copies(n, stores[n])
                 continue

@@ -272,15 +272,27 @@ def _full(b, n):
 def _arange(b, n):
     a = b.g.node(n)["attrs"]
     dt = b.g.info(n).dtype
-    col = b.axes[b.canon.col]
-    dst = b.new_tile(dt, False, True, "v")
     start, step = a["start"], a["step"]
-    base = col.index * col.tile
+    (d,) = [d for d in b.plan.spaces[n].out_map if d is not None] or [None]
+    if d is None:
+        dst = b.new_tile(dt, False, False, "v")
+        b.emit("TEXPANDS", [dst, b.scalar_value(start)])
+        return _result(b, n, dst)
+    k = b.canon.axis_of[d.find()]
+    kind, axis = b.canon.kind(k), b.axes[k]
+    base = axis.index * (1 if kind == "grid" else axis.tile)
+    if kind == "grid":
+        dst = b.new_tile(dt, False, False, "v")
+        b.emit("TEXPANDS", [dst, b.scalar_value(start + base * step)])
+        return _result(b, n, dst)
+    row = kind == "row"
+    attrs = {"axis": 0} if row else {}
+    dst = b.new_tile(dt, row, not row, "v")
     if step == 1:
-        b.emit("TARANGE", [dst, b.scalar_value(start + base)])
+        b.emit("TARANGE", [dst, b.scalar_value(start + base)], attrs)
     else:
-        t = b.new_tile(F32 if dt.is_floating else dt, False, True, "f")
-        b.emit("TARANGE", [t, b.scalar_value(base)])
+        t = b.new_tile(F32 if dt.is_floating else dt, row, not row, "f")
+        b.emit("TARANGE", [t, b.scalar_value(base)], attrs)
         t2 = b.like(t, hint="f")
         b.emit("TMULS", [t2, t, b.scalar_value(step)])
         b.emit("TADDS", [dst, t2, b.scalar_value(start)])

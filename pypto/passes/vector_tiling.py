@@ -23,7 +23,17 @@ from ..ir.tile_graph import GMTile, TileAxis, TileOp, TileParam, TileProgram, Ti
 from . import tile_choice
 from .iterspace import is_one
 
+_is_unit = is_one
+
 F32_ALIGN = 8
+
+
+class NeedsCopy(Exception):
+    """A group cannot read value ``src`` where it lives; the driver copies it to a contiguous buffer."""
+
+    def __init__(self, src):
+        super().__init__(src)
+        self.src = src
 
 
 class Canon:
@@ -146,12 +156,14 @@ class VectorTiler:
     def build(self) -> TileProgram:
         g, group = self.g, self.group
         presences, accesses, pinned = [], [], set()
+        self._access_sources = []
         self.ext = self._external_inputs()
         for n, k, src, amap, acc in self.ext:
             if acc is not None:
                 bmap = self._load_dims(amap, acc)
                 presences.append(set(bmap))
                 accesses.append((acc, bmap))
+                self._access_sources.append(src)
         for n in group.nodes:
             sp = self.plan.spaces[n]
             pres = {d.find() for d in sp.out_map if d is not None}
@@ -160,6 +172,7 @@ class VectorTiler:
                 acc = self.stores[n]
                 accesses.append((acc, {d.find(): b for d, b in zip(sp.out_map, acc.vdims)
                                        if d is not None and b is not None}))
+                self._access_sources.append(None)
             pinned |= {d.find() for d in sp.scans}
             if g.op(n) in ("tril", "triu"):
                 pinned |= {d.find() for d in sp.out_map[-2:] if d is not None}
@@ -167,18 +180,30 @@ class VectorTiler:
         self.accesses = accesses
         # tiles along each axis
         sizes = [_prod([d.size for d in run]) for run in canon.runs]
-        row_adjacent = all(self._row_adjacent(acc, bmap) for acc, bmap in accesses)
-        self.tile_sizes = tile_choice.vector_tiles(self, sizes, row_adjacent)
+        modes = set()
+        for (acc, bmap), src in zip(accesses, self._access_sources):
+            mode = self._access_mode(acc, bmap)
+            whole = {k for k in (canon.row, canon.col) if k is not None and canon.roles[k] != "par"}
+            if mode == "point" and whole and src is not None:
+                raise NeedsCopy(src)        # a strided read against a whole axis: make it contiguous first
+            modes.add(mode)
+        self.tile_sizes = tile_choice.vector_tiles(self, sizes, modes)
         self.axes = []
         for k, run in enumerate(canon.runs):
             role = "sequential" if canon.roles[k] == "seq" else "parallel"
             self.axes.append(TileAxis(f"a{k}", sizes[k], self.tile_sizes[k], role))
         # the ops
         from .vector_rules import lower_node
+        from .vector_rules import expand as expand_tile
         for n in group.nodes:
             self.cur = n
             self.cur_phase = self._node_phase(n)
             lower_node(self, n)
+            want = self.axes_of(self.plan.spaces[n].out_map)
+            has_row = canon.row is not None and canon.row in want
+            has_col = bool(self.axes) and canon.col in want
+            if self.presence[self.tile_of[n]] != (has_row, has_col):      # a broadcast read kept its shape
+                self.tile_of[n] = expand_tile(self, self.tile_of[n], has_row, has_col)
         for n in group.nodes:
             if n in self.stores:
                 self._store(n)
@@ -187,17 +212,35 @@ class VectorTiler:
         return TileProgram(self.name, "vector", self.axes, self.params, self.tiles, self.ops, scalars,
                            list(group.nodes), {}, loc)
 
-    def _row_adjacent(self, acc, bmap) -> bool:
-        """Can one GM box of this access hold several rows of a tile (row dim right before the col dim)?"""
+    def _access_mode(self, acc, bmap) -> str:
+        """How a GM box of this access can hold a tile: "normal" (rows then the last dim), "rows1" (one
+        row per box: the row dim is not next to the col dim), "trans" (the col dim comes right before
+        the row dim: a transposing load), "point" (neither: one element per box)."""
         canon = self.canon
-        if canon.row is None:
-            return True
-        rows = [bmap[d] for d in canon.runs[canon.row] if d in bmap]
+        if not canon.runs:
+            return "normal"
+        rows = [bmap[d] for d in canon.runs[canon.row] if d in bmap] if canon.row is not None else []
         cols = [bmap[d] for d in canon.runs[canon.col] if d in bmap]
-        if not rows or not cols:
-            return True
-        gap = range(max(rows) + 1, min(cols))
-        return all(is_one(acc.shape[x]) for x in gap)
+        used = sorted(set(bmap.values()))
+        if not used:
+            return "normal"
+        last = used[-1]
+
+        def next_to(lo_dims, hi_dims):
+            return all(_is_unit(acc.shape[x]) for x in range(max(lo_dims) + 1, min(hi_dims)))
+        if cols and max(cols) == last:
+            return "normal" if not rows or next_to(rows, cols) else "rows1"
+        if not cols:
+            return "normal" if not rows or max(rows) == last else "rows1"
+        if rows and max(rows) == last and max(cols) < min(rows) and next_to(cols, rows):
+            return "trans"
+        if not rows or max(rows) < max(cols):
+            # the col dim comes right before a dim of a grid axis (one element along it): a transposing
+            # load of a [cols, 1] box, one row per tile
+            following = [x for x in used if x > max(cols)]
+            if len(following) == 1 and next_to(cols, following):
+                return "trans_rows1"
+        return "point"
 
     # ------------------------------------------------------------------ tiles
     def axes_of(self, amap, acc=None) -> set:
@@ -322,10 +365,18 @@ class VectorTiler:
                     dims.append([acc.shape[b], acc.offsets[b], None])
                 b += 1
         col = canon.col if self.axes else None
+        row = canon.row
+        trans = False
         if col is not None and col in present_axes:
             if dims[-1][2] != col:
-                raise CompileError("a strided view (a box whose last dim is not the tensor's last dim) is not "
-                                   "supported yet", loc=self.g.node(self.cur)["loc"] if self.cur is not None else None)
+                if len(dims) > 1 and dims[-2][2] == col and (
+                        (row in present_axes and dims[-1][2] == row)
+                        or (dims[-1][2] is not None and canon.kind(dims[-1][2]) == "grid"
+                            and (row not in present_axes or self.tile_sizes[row] == 1))):
+                    trans = True
+                elif not (self.tile_sizes[col] == 1 and (row is None or self.tile_sizes[row] == 1)):
+                    raise CompileError("internal: a strided box with a tile larger than one element",
+                                       loc=self.g.node(self.cur)["loc"] if self.cur is not None else None)
         elif not dims or dims[-1][2] is not None:
             dims.append([1, 0, None])          # the tile's single column
         shape, offsets = [], []
@@ -336,7 +387,7 @@ class VectorTiler:
                 step = 1 if canon.kind(k) == "grid" else a.tile
                 off = off + a.index * step
             offsets.append(sym.simplify(off) if not isinstance(off, int) else off)
-        return tuple(shape), tuple(offsets)
+        return tuple(shape), tuple(offsets), trans
 
     def _load(self, src, amap) -> str:
         acc = self.storage[src]
@@ -345,11 +396,11 @@ class VectorTiler:
         has_row = canon.row is not None and canon.row in axes
         has_col = bool(self.axes) and canon.col in axes
         info = self.g.info(src)
-        shape, offsets = self.gm_view(acc, amap, axes)
+        shape, offsets, trans = self.gm_view(acc, amap, axes)
         param = self._param(acc.buffer, shape, info.dtype, "in")
         phase = self._phase_of_axes(axes)
         t = self.new_tile(info.dtype, has_row, has_col, "x", phase)
-        self.emit("TLOAD", [t, GMTile(param, offsets)], phase=phase)
+        self.emit("TLOAD", [t, GMTile(param, offsets)], {"trans": True} if trans else None, phase=phase)
         return t
 
     def _store(self, n):
@@ -357,7 +408,9 @@ class VectorTiler:
         amap = self.plan.spaces[n].out_map
         tile = self.tile_of[n]
         axes = self.axes_of(amap)
-        shape, offsets = self.gm_view(acc, amap, axes)
+        shape, offsets, trans = self.gm_view(acc, amap, axes)
+        if trans:
+            raise CompileError("writing into a transposed view is not supported", loc=self.g.node(n)["loc"])
         info = self.g.info(n)
         if self.tiles[tile].dtype != info.dtype:
             raise CompileError(f"internal: tile {tile} dtype {self.tiles[tile].dtype} != value dtype {info.dtype}")
