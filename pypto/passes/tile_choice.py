@@ -32,8 +32,8 @@ def _pow2_upto(n):
     return out
 
 
-def _hint_tiles(tiler, sizes):
-    """Per-axis tile sizes from the first hinted op of the group (None when no op is hinted)."""
+def _hinted_node(tiler):
+    """(node, {Dim: hinted extent}) of the first op of the group that carries a vector hint."""
     g = tiler.g
     for n in tiler.group.nodes:
         hint = g.node(n)["attrs"].get("vec_tile")
@@ -47,12 +47,28 @@ def _hint_tiles(tiler, sizes):
                 amap = sp.in_maps[0]
             else:
                 continue
-        per_axis = [1] * len(sizes)
-        for d, h in zip(amap, hint):
-            if d is not None:
-                per_axis[tiler.canon.axis_of[d.find()]] *= h
-        return per_axis, g.node(n)["loc"]
-    return None, None
+        return n, {d.find(): h for d, h in zip(amap, hint) if d is not None}
+    return None, {}
+
+
+def hinted_dims(tiler) -> dict:
+    return _hinted_node(tiler)[1]
+
+
+def _hint_tiles(tiler, sizes):
+    """Per-axis tile sizes from the first hinted op of the group (None when no op is hinted)."""
+    n, per_dim = _hinted_node(tiler)
+    if n is None:
+        return None, None
+    per_axis = [1] * len(sizes)
+    for d, h in per_dim.items():
+        per_axis[tiler.canon.axis_of[d]] *= h
+    # dims of an axis that the hint does not name run in full (a hint covers its op's dims only)
+    for k, run in enumerate(tiler.canon.runs):
+        for d in run:
+            if d not in per_dim and isinstance(d.size, int):
+                per_axis[k] *= d.size
+    return per_axis, tiler.g.node(n)["loc"]
 
 
 def vector_tiles(tiler, sizes, modes) -> list:

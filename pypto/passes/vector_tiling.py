@@ -57,7 +57,7 @@ def _role(group, d):
     return "whole" if d in group.whole else "par"
 
 
-def canonical_axes(group, presences, accesses, pinned) -> Canon:
+def canonical_axes(group, presences, accesses, pinned, split_before=frozenset()) -> Canon:
     """presences: sets of Dims each tile runs along; accesses: (Access, {Dim: buffer dim})."""
     dims = group.dims
     if not dims:
@@ -66,6 +66,7 @@ def canonical_axes(group, presences, accesses, pinned) -> Canon:
     for d in dims[1:]:
         a = runs[-1][-1]
         ok = (_role(group, a) == _role(group, d) != "seq" and a not in pinned and d not in pinned
+              and d not in split_before
               and all((a in s) == (d in s) for s in presences)
               and all(_buffer_adjacent(acc, bmap, a, d) for acc, bmap in accesses))
         if ok:
@@ -176,7 +177,7 @@ class VectorTiler:
             pinned |= {d.find() for d in sp.scans}
             if g.op(n) in ("tril", "triu"):
                 pinned |= {d.find() for d in sp.out_map[-2:] if d is not None}
-        self.canon = canon = canonical_axes(group, presences, accesses, pinned)
+        self.canon = canon = canonical_axes(group, presences, accesses, pinned, self._hint_splits())
         self.accesses = accesses
         # tiles along each axis
         sizes = [_prod([d.size for d in run]) for run in canon.runs]
@@ -211,6 +212,12 @@ class VectorTiler:
         loc = g.node(group.nodes[-1])["loc"]
         return TileProgram(self.name, "vector", self.axes, self.params, self.tiles, self.ops, scalars,
                            list(group.nodes), {}, loc)
+
+    def _hint_splits(self) -> set:
+        """Dims a vector hint tiles partially: they keep their own axis (a hint of (4, 64) on [37, 200]
+        means 4 x 64 tiles, not 256-element runs of the flattened tensor)."""
+        from .tile_choice import hinted_dims
+        return {d for d, h in hinted_dims(self).items() if not (isinstance(d.size, int) and h >= d.size)}
 
     def _access_mode(self, acc, bmap) -> str:
         """How a GM box of this access can hold a tile: "normal" (rows then the last dim), "rows1" (one

@@ -1,0 +1,126 @@
+"""Tiling hints (set_vec_tile_shapes / set_cube_tile_shapes): applied to the ops traced after them,
+scoped to their trace, checked at the user's line; PYPTO_DUMP / dump= writes every stage; the
+TileGraph JSON round trip; the Block IR verifier rejects broken programs."""
+import json
+
+import pytest
+import torch
+
+import pypto
+from pypto.errors import CompileError, TilingError
+from pypto.ir.block import SetFlag, WaitFlag
+from pypto.ir.block_verify import verify_kernel
+from pypto.ir.tile_graph import tile_graph_from_json, tile_graph_to_json
+from pypto.passes.hints import reset_tile_shapes
+from .passes_helpers import lowered, rand, sim_vs_reference
+
+
+@pytest.fixture(autouse=True)
+def _clean_hints():
+    reset_tile_shapes()
+    yield
+    reset_tile_shapes()
+
+
+def test_vec_hint_sets_the_tile_shape():
+    def f(x):
+        pypto.set_vec_tile_shapes(4, 64)
+        return (x * 2).exp()
+    x = rand((37, 200), seed=1)
+    sim_vs_reference(f, x)
+    (k,) = lowered(f, x).kernels.values()
+    assert {t.shape for t in k.blocks[0].tiles} == {(4, 64)}
+
+
+def test_hints_apply_only_to_later_ops_and_do_not_leak():
+    @pypto.jit
+    def f(x):
+        y = x + 1
+        pypto.set_vec_tile_shapes(8, 32)
+        return y * 2
+    g = f.trace(rand((16, 64)))
+    ops = {g.op(n): g.node(n)["attrs"].get("vec_tile") for n in g.nodes()}
+    assert ops["add"] is None and ops["mul"] == (8, 32)
+    g2 = pypto.jit(lambda x: x * 3).trace(rand((16, 64)))
+    assert all("vec_tile" not in g2.node(n)["attrs"] for n in g2.nodes())
+
+
+@pytest.mark.parametrize("dims,what", [((8, 12), "alignment"), ((4, 4, 64), "rank"), ((512, 512), "UB")])
+def test_bad_vec_hint_raises_at_the_user_line(dims, what):
+    def f(x):
+        pypto.set_vec_tile_shapes(*dims)
+        return x.exp()                                  # the offending op
+    with pytest.raises(TilingError) as e:
+        pypto.jit(f).trace(rand((16, 64)))
+    assert e.value.loc.file == __file__ and e.value.loc.line == f.__code__.co_firstlineno + 2
+    assert {"alignment": "alignment", "rank": "dims", "UB": "UB"}[what] in str(e.value)
+
+
+@pytest.mark.parametrize("m,k,n", [([64, 32], [32, 32], [64, 64]), ([128, 128], [256, 256], [256, 256])])
+def test_bad_cube_hint(m, k, n):
+    with pytest.raises(TilingError):
+        def f(a, b):
+            pypto.set_cube_tile_shapes(m, k, n)
+            return a @ b
+        pypto.jit(f).trace(rand((64, 64), torch.float16), rand((64, 64), torch.float16))
+
+
+def test_dump_writes_every_stage(tmp_path):
+    f = pypto.jit(lambda x, w: pypto.rms_norm(x, w, 1e-6), backend="sim", dump=str(tmp_path))
+    f(rand((8, 64)), rand((64,)))
+    (d,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    names = sorted(p.name for p in d.iterdir())
+    for stage in ("traced", "decompose", "canonicalize", "tile", "blocks", "memory", "sync", "final"):
+        assert any(stage in n for n in names), (stage, names)
+    assert any(n.endswith("tile.json") for n in names) and any(n.endswith("tile.dot") for n in names)
+    assert any(n.endswith("decompose.dot") for n in names)
+    kernels = list((d / "kernels").iterdir())
+    assert len(kernels) == 1 and "TROWSUM" in kernels[0].read_text()
+
+
+def test_tile_graph_json_round_trip():
+    from pypto.passes.canonicalize import canonicalize
+    from pypto.passes.decompose import decompose
+    from pypto.passes.tiling import build_tile_graph
+    g = pypto.jit(lambda x: pypto.softmax(x, -1) @ x.mT).trace(rand((20, 32)))
+    tg = build_tile_graph(canonicalize(decompose(g)), pypto.get_machine())
+    data = json.loads(json.dumps(tile_graph_to_json(tg)))
+    back = tile_graph_from_json(data)
+    assert str(back) == str(tg)
+
+
+def _first(block, kind):
+    from pypto.ir.block import walk
+    return next(s for s in walk(block.body) if isinstance(s, kind))
+
+
+def _remove(stmts, target):
+    from pypto.ir.block import For, If
+    for i, s in enumerate(stmts):
+        if s is target:
+            del stmts[i]
+            return True
+        for body in ((s.body,) if isinstance(s, For) else (s.then_body, s.else_body) if isinstance(s, If) else ()):
+            if _remove(body, target):
+                return True
+    return False
+
+
+@pytest.mark.parametrize("bug", ["drop_wait", "overlap", "over_capacity", "event_range"])
+def test_verifier_catches_planted_bugs(bug):
+    eg = lowered(lambda x: pypto.softmax(x, -1), rand((64, 256)))
+    (k,) = eg.kernels.values()
+    b = k.blocks[0]
+    spec = pypto.get_machine()
+    verify_kernel(k, spec)
+    if bug == "drop_wait":
+        _remove(b.body, _first(b, WaitFlag))
+    elif bug == "overlap":
+        a, c = [t for t in b.tiles if t.addr is not None][:2]
+        c.addr = a.addr + 32 if c.addr != a.addr else a.addr + 64
+    elif bug == "over_capacity":
+        b.tiles[0].addr = spec.capacity["UB"] - 32
+    else:
+        _first(b, SetFlag).event = 99
+    with pytest.raises(CompileError):
+        verify_kernel(k, spec)
