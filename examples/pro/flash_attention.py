@@ -83,7 +83,7 @@ def attention_body(q, k, v, o):
         for task in pl.range(pl.get_block_idx(), bh * q_blocks, pl.get_block_num()):
             h = task // q_blocks
             q0 = (task % q_blocks) * MQ
-            pl.fill(m_ub.next(), NEG)
+            pl.fill(m_ub[1], NEG)               # the "previous" max of block 0 (stage 0 takes slot 0 next)
             pl.fill(l_ub, 0.0)
             pl.fill(acc_ub, 0.0)
             for j in pl.range(0, kv_blocks):

@@ -21,6 +21,8 @@ def attribute(parser, obj, attr: str, node, frame):
                  "current": lambda: Intrinsic(_current, obj, f"{obj.name}.current"),
                  "previous": lambda: Intrinsic(_previous, obj, f"{obj.name}.previous"),
                  "at": lambda: Intrinsic(_at, obj, f"{obj.name}.at"),
+                 "take": lambda: Intrinsic(_relative(True), obj, f"{obj.name}.take"),
+                 "peek": lambda: Intrinsic(_relative(False), obj, f"{obj.name}.peek"),
                  "depth": lambda: obj.depth, "type": lambda: obj.ttype}
     else:
         try:
@@ -115,6 +117,22 @@ def _at(parser, call, group):
         raise call.error(f"{group.name}.at(i) takes a compile-time slot index in 0..{group.depth - 1}", at=0)
     _section_core(parser, call)
     return slot_value(parser, group, i % group.depth, acquire=False)
+
+
+def _relative(acquire: bool):
+    """group.take(k) / group.peek(k): the slot k steps after the current one (k may be negative),
+    acquired (as next() would) or merely referred to (as current() does); the cursor does not move.
+    Software pipelining rewrites next()/current()/previous() into these."""
+    def handler(parser, call, group):
+        name = "take" if acquire else "peek"
+        b = call.bind(["k"], f"{group.name}.{name}(k)")
+        k = b["k"]
+        if not isinstance(k, int) or isinstance(k, bool):
+            raise call.error(f"{group.name}.{name}(k) takes a compile-time int", at=0)
+        _section_core(parser, call)
+        cur = parser.cursor(group)
+        return slot_value(parser, group, (cur.pos + k) % group.depth, acquire=acquire)
+    return handler
 
 
 def _with_valid(parser, call, tile: TileValue):

@@ -70,8 +70,7 @@ def compile_kernel(fn, name: str, tensors: dict, scalars: dict, consts: dict, *,
                 sizes.setdefault(s.name, (p, d))
     kernel = Kernel(name, blocks, loc=parser.source.span(parser.source.tree).loc)
     return CompiledKernel(kernel, list(tensors), list(scalars.values()), outputs, list(parser.workspaces), sizes,
-                          parser.manual_sync, parser.pipeline_generated() if hasattr(parser, "pipeline_generated")
-                          else None, events, parser)
+                          parser.manual_sync, parser.pipeline_generated(), events, parser)
 
 
 def workspace_rows_symbol(ws) -> sympy.Symbol:

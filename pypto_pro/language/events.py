@@ -5,6 +5,10 @@ second's set must fire after the first's wait consumed its set, in every executi
 ahead of each other, so program order alone does not give that; a happens-before chain does:
 ``wait_A`` (on p) ... p-order ... ``set_C`` --C--> ``wait_C`` (on q) ... q-order ... ``set_B``.
 
+Two proofs are used. (1) Channels that hand over a common buffer are always ordered: before the
+buffer is handed q -> p again it must have gone back from p to q, through transfers that start
+after the first hand-over's wait. (2) Otherwise, a happens-before search:
+
 Candidates for sharing are *forward* channels: one set and one wait in the same statement list
 (the program root or a loop body), set first. Happens-before is computed on that list — twice
 over for a loop body, so a chain may run through the back edge — with one node per (statement,
@@ -39,86 +43,115 @@ def _pipes(stmt) -> set:
     return {getattr(stmt, "pipe")} if hasattr(stmt, "pipe") else set()
 
 
-def _occurrences(stmts, chan_of, out, lists, loop_body: bool):
-    lists.append((stmts, loop_body))
-    for i, s in enumerate(stmts):
-        if isinstance(s, (SetFlag, WaitFlag)):
-            out[chan_of[id(s)]].append((id(stmts), i, isinstance(s, SetFlag)))
-        elif isinstance(s, For):
-            _occurrences(s.body, chan_of, out, lists, True)
-        elif isinstance(s, If):
-            _occurrences(s.then_body, chan_of, out, lists, False)
-            _occurrences(s.else_body, chan_of, out, lists, False)
+class _Region:
+    """Happens-before over a loop body (doubled, so chains may cross the back edge) or the program
+    root, with if/else branches expanded in place. Each item carries its condition path (which copy
+    of the body, then which branches); a chain between two flags may only pass through items that
+    run whenever both flags do: those whose condition path is a prefix of either end's."""
 
-
-class _Order:
-    """Happens-before over one statement list (doubled for a loop body)."""
-
-    def __init__(self, stmts, chan_of, loop_body: bool):
-        self.n = len(stmts)
-        seq = list(stmts) * (2 if loop_body else 1)
+    def __init__(self, stmts, chan_of, loop: bool):
+        self.items = []                     # (stmt, cond) in program order
+        for copy_index in range(2 if loop else 1):
+            self._flatten(stmts, (copy_index,))
+        self.index = {}
         self.succ = defaultdict(list)
-        last_on = {}
-        last_set = {}
-        for pos, s in enumerate(seq):
-            for pipe in _pipes(s):
-                node = (pos, pipe)
-                if pipe in last_on:
-                    self.succ[last_on[pipe]].append(node)
-                last_on[pipe] = node
-            if isinstance(s, SetFlag):
-                last_set[chan_of[id(s)]] = (pos, s.src)
-            elif isinstance(s, WaitFlag):
-                src = last_set.get(chan_of[id(s)])
+        on_pipe = defaultdict(list)
+        for pos, (stmt, cond) in enumerate(self.items):
+            self.index.setdefault((id(stmt), cond[0]), pos)
+            for pipe in _pipes(stmt):
+                for earlier in on_pipe[pipe]:
+                    self.succ[earlier].append((pos, pipe))
+                on_pipe[pipe].append((pos, pipe))
+        pending = {}
+        for pos, (stmt, cond) in enumerate(self.items):
+            if isinstance(stmt, SetFlag):
+                pending[(chan_of[id(stmt)], cond)] = (pos, stmt.src)
+            elif isinstance(stmt, WaitFlag):
+                src = pending.pop((chan_of[id(stmt)], cond), None)
                 if src is not None:
-                    self.succ[src].append((pos, s.dst))
-        self._reach: dict = {}
+                    self.succ[src].append((pos, stmt.dst))
+        self.per_copy = len(self.items) // (2 if loop else 1)
+
+    def _flatten(self, stmts, cond):
+        for s in stmts:
+            if isinstance(s, If):
+                self._flatten(s.then_body, cond + ((id(s), 0),))
+                self._flatten(s.else_body, cond + ((id(s), 1),))
+            else:
+                self.items.append((s, cond))
+
+    def node(self, stmt, copy_index: int):
+        pos = self.index[(id(stmt), copy_index)]
+        s = self.items[pos][0]
+        return (pos, s.src if isinstance(s, SetFlag) else s.dst)
 
     def before(self, a, b) -> bool:
-        """Does node a happen before node b?"""
-        seen = self._reach.get(a)
-        if seen is None:
-            seen, stack = set(), [a]
-            while stack:
-                for nxt in self.succ.get(stack.pop(), ()):
-                    if nxt not in seen:
-                        seen.add(nxt)
-                        stack.append(nxt)
-            self._reach[a] = seen
-        return b in seen
+        ca, cb = self.items[a[0]][1], self.items[b[0]][1]
+
+        def ok(n):
+            c = self.items[n[0]][1]
+            return ca[:len(c)] == c or cb[:len(c)] == c
+        seen, stack = set(), [a]
+        while stack:
+            for nxt in self.succ.get(stack.pop(), ()):
+                if nxt == b:
+                    return True
+                if nxt not in seen and ok(nxt):
+                    seen.add(nxt)
+                    stack.append(nxt)
+        return False
+
+
+def _occurrences(stmts, chan_of, out, region):
+    """Per channel, its set/wait statements with the list holding them and the enclosing region
+    (innermost loop body, or the root)."""
+    for i, s in enumerate(stmts):
+        if isinstance(s, (SetFlag, WaitFlag)):
+            out[chan_of[id(s)]].append((id(stmts), s, region))
+        elif isinstance(s, For):
+            _occurrences(s.body, chan_of, out, (s.body, True))
+        elif isinstance(s, If):
+            _occurrences(s.then_body, chan_of, out, region)
+            _occurrences(s.else_body, chan_of, out, region)
 
 
 def allocate_events(block, chan_of: dict, machine) -> dict:
     occ = defaultdict(list)
-    lists: list = []
-    _occurrences(block.body, chan_of, occ, lists, False)
-    by_list = {id(lst): (lst, loop) for lst, loop in lists}
+    _occurrences(block.body, chan_of, occ, (block.body, False))
     channels = list(occ)                               # first appearance order
     forward = {}
     for ch in channels:
         o = occ[ch]
-        sets = [x for x in o if x[2]]
-        waits = [x for x in o if not x[2]]
-        if len(sets) == 1 and len(waits) == 1 and sets[0][0] == waits[0][0] and sets[0][1] < waits[0][1]:
-            lst, loop = by_list[sets[0][0]]
-            if loop or lst is block.body:
-                forward[ch] = (sets[0][0], sets[0][1], waits[0][1])
-    orders: dict = {}
+        sets = [x for x in o if isinstance(x[1], SetFlag)]
+        waits = [x for x in o if isinstance(x[1], WaitFlag)]
+        if len(sets) == 1 and len(waits) == 1 and sets[0][0] == waits[0][0]:
+            lst_id, set_stmt, region = sets[0]
+            forward[ch] = (id(region[0]), region, set_stmt, waits[0][1])
+    regions: dict = {}
 
     def compatible(a, b) -> bool:
+        # handing over a common buffer orders them: between two handovers q -> p of a buffer it went
+        # back from p to q through a set/wait chain that starts after the first handover's wait
+        if a.resources & b.resources:
+            return True
         fa, fb = forward.get(a), forward.get(b)
         if fa is None or fb is None or fa[0] != fb[0]:
             return False
-        if fa[1] > fb[1]:
-            a, b, fa, fb = b, a, fb, fa
-        lst, loop = by_list[fa[0]]
-        order = orders.get(fa[0])
-        if order is None:
-            order = orders[fa[0]] = _Order(lst, chan_of, loop)
-        n = order.n
-        if not order.before((fa[2], a.dst), (fb[1], b.src)):
+        region = regions.get(fa[0])
+        if region is None:
+            region = regions[fa[0]] = _Region(fa[1][0], chan_of, fa[1][1])
+        sa, wa, sb, wb = (region.node(fa[2], 0), region.node(fa[3], 0), region.node(fb[2], 0),
+                          region.node(fb[3], 0))
+        if sa[0] > wa[0] or sb[0] > wb[0]:
             return False
-        return not loop or order.before((fb[2], b.dst), (fa[1] + n, a.src))
+        if sa[0] > sb[0]:
+            sa, wa, sb, wb = sb, wb, sa, wa
+            a, b = b, a
+        if not region.before(wa, sb):
+            return False
+        if not fa[1][1]:
+            return True
+        return region.before(wb, region.node(forward[a][2], 1))
 
     limit = machine.memory["event_ids"]
     per_pair = defaultdict(list)                       # (src, dst) -> [[channels of event 0], ...]

@@ -14,11 +14,12 @@ import math
 
 import sympy
 
+from pypto import symbolic
 from pypto.ir.block import For, If
 
 from .control import range_bounds
 from .errors import ParseError
-from .parser import MAX_UNROLL, Call, LoopScope, is_runtime, norm, poison_loop_locals
+from .parser import MAX_UNROLL, Call, LoopScope, carried_names, is_runtime, norm, poison_loop_locals
 
 
 def runtime_loop(parser, node, frame) -> None:
@@ -39,14 +40,17 @@ def runtime_loop(parser, node, frame) -> None:
         if pipelined_loop(parser, node, frame, (start, stop, step), var):
             return
 
-    period, deltas = _period(parser, node, frame, name, var, step)
+    period, deltas, written = _period(parser, node, frame, name, var, step)
     trip = _static_trip(start, stop, step)
     guarded = period > 1 and not (trip is not None and trip % period == 0)
 
+    # a slot the body writes holds, at the top of the body, what the previous iteration left there
+    for uid in written:
+        parser.valid_facts.pop(uid, None)
     entry = parser.state()
     hi = norm(stop - 1) if isinstance(step, int) else stop - 1
     parser.loop_ranges[var] = (start, hi)
-    scope = LoopScope(set(frame.env), var, span)
+    scope = LoopScope(set(frame.env), var, span, carried=carried_names(node.body))
     scope.bound_inside.add(name)
     frame.loops.append(scope)
     frame.rt_depth += 1
@@ -80,6 +84,9 @@ def runtime_loop(parser, node, frame) -> None:
     _cursors_after(parser, entry, deltas, trip)
     frame.env[name] = var
     poison_loop_locals(frame, scope, var, span)
+    for uid, valid in list(parser.valid_facts.items()):
+        if var in symbolic.free_symbols(*valid):
+            del parser.valid_facts[uid]
 
 
 def _static_trip(start, stop, step):
@@ -93,9 +100,11 @@ def _period(parser, node, frame, name, var, step) -> int:
     sec = parser.section
     snap = (parser.state(), sec.snapshot(), dict(frame.env), len(parser.slots), len(parser.groups),
             len(parser.workspaces), parser.ws_uses, set(parser.var_names), dict(getattr(parser, "_ws_use_of", {})),
-            list(parser.pipeline_sources))
+            dict(parser.pipeline_loops))
     before = {k: c.pos for k, c in parser.cursors.items()}
-    scope = LoopScope(set(frame.env), var, frame.span(node))
+    written_before = set(parser.written_slots)
+    parser.written_slots = set()
+    scope = LoopScope(set(frame.env), var, frame.span(node), carried=carried_names(node.body))
     scope.bound_inside.add(name)
     frame.loops.append(scope)
     frame.rt_depth += 1
@@ -108,6 +117,8 @@ def _period(parser, node, frame, name, var, step) -> int:
         frame.rt_depth -= 1
         frame.loops.pop()
     after = {k: c.pos for k, c in parser.cursors.items()}
+    written = parser.written_slots
+    parser.written_slots = written_before | written
     period, deltas = 1, {}
     groups = {g.uid: g for g in parser.groups}
     for key, pos in after.items():
@@ -125,12 +136,12 @@ def _period(parser, node, frame, name, var, step) -> int:
     parser.ws_uses = snap[6]
     parser.var_names = snap[7]
     parser._ws_use_of = snap[8]
-    parser.pipeline_sources = snap[9]
+    parser.pipeline_loops = snap[9]
     if period > MAX_UNROLL:
         raise ParseError(f"the tile groups advanced in this loop repeat only every {period} iterations; unrolling "
                          f"by more than {MAX_UNROLL} is refused", frame.span(node),
                          hint="give the groups depths that divide each other (e.g. all 2 or 4)")
-    return period, deltas
+    return period, deltas, written
 
 
 def _cursors_after(parser, entry, deltas: dict, trip) -> None:

@@ -483,7 +483,11 @@ def _store(call, dst: TensorValue, src: TileValue, rel: list, valid):
         raise call.error(f"{call.name}: tile '{src.slot.name}' is {src.dtype.name} but tensor {dst.param} is "
                          f"{dst.dtype.name}; stores from Vec do not convert", at=1, hint="pl.cast first")
     if valid is None:
-        valid = call.parser.valid_of(src)
+        # what the tile holds, clipped at the tensor's edge (a tail block writes only its rows)
+        held = call.parser.valid_of(src)
+        edge = _box_valid(call, src, dst, rel, False)
+        valid = tuple(e if isinstance(h, int) and isinstance(e, int) and e <= h else
+                      (h if e == src.shape[i] else _min(h, e)) for i, (h, e) in enumerate(zip(held, edge)))
     region = GMRegion(dst.param, dst.offsets(rel))
     p = call.parser
     sec = p.require_section(call.frame, call.node, call.name)
@@ -494,6 +498,14 @@ def _store(call, dst: TensorValue, src: TileValue, rel: list, valid):
         raise call.error(f"{call.name}: {e}") from None
     sec.emit(ins)
     return ins
+
+
+def _min(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return min(a, b)
+    if str(a) == str(b):
+        return a
+    return sympy.Min(a, b)
 
 
 def _valid_arg(call, v, at):

@@ -64,6 +64,52 @@ class LoopScope:
     var: object
     span: Span
     bound_inside: set = field(default_factory=set)
+    carried: set = field(default_factory=set)     # names the body reads before it assigns them
+
+
+def carried_names(body) -> set:
+    """Names a loop body reads before assigning them (in execution order) and also assigns: a value
+    carried from one iteration to the next, which a kernel cannot express."""
+    stored, read_first = set(), set()
+
+    def loads(node):
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in stored:
+                read_first.add(n.id)
+
+    def stores(node):
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                stored.add(n.id)
+
+    def visit(stmts):
+        for st in stmts:
+            if isinstance(st, (ast.Assign, ast.AnnAssign)):
+                if st.value is not None:
+                    loads(st.value)
+                for t in (st.targets if isinstance(st, ast.Assign) else [st.target]):
+                    stores(t)
+            elif isinstance(st, ast.AugAssign):
+                loads(st.value)
+                if isinstance(st.target, ast.Name) and st.target.id not in stored:
+                    read_first.add(st.target.id)
+                stores(st.target)
+            elif isinstance(st, ast.For):
+                loads(st.iter)
+                stores(st.target)
+                visit(st.body)
+            elif isinstance(st, (ast.If, ast.While)):
+                loads(st.test)
+                visit(st.body)
+                visit(st.orelse)
+            elif isinstance(st, ast.With):
+                for item in st.items:
+                    loads(item.context_expr)
+                visit(st.body)
+            else:
+                loads(st)
+    visit(body)
+    return read_first & stored
 
 
 class Frame:
@@ -201,6 +247,7 @@ class Parser:
         self.workspaces: list = []
         self.cursors: dict = {}           # (group uid, core) -> Cursor
         self.valid_facts: dict = {}       # slot uid -> valid shape the slot currently holds
+        self.written_slots: set = set()   # slots an op has written (a loop's probe reads this)
         self.loop_ranges: dict = {}       # loop var -> (lo, hi) inclusive, for proving tails full
         self.ws_uses = 0
         self.manual_sync = False
@@ -210,7 +257,7 @@ class Parser:
         self.loop_src: dict = {}          # id(For) -> id of its `for` statement in the source
         self.copy_of: dict = {}           # id(stmt) -> ("copy", u): the unrolled loop-body copy it belongs to
         self.name_hint: str | None = None  # the name being assigned (names tiles in the IR)
-        self.pipeline_sources: list = []  # (loop span, transformed source) for pipeline_generated.py
+        self.pipeline_loops: dict = {}    # (file, line, col) of a pipelined loop -> its transform
         self.source = function_source(fn)
         self.has_cube = has_cube if has_cube is not None else _mentions(self.source.tree, "section_cube")
 
@@ -298,20 +345,23 @@ class Parser:
         if not isinstance(cond, sympy.logic.boolalg.Boolean):
             cond = sympy.Ne(cond, 0)
         before = self.state()
+        env_before = dict(frame.env)
         frame.rt_depth += 1
         try:
             sec.push()
             self.exec_body(node.body, frame)
             then_body = sec.pop()
-            after_then = self.state()
+            after_then, env_then = self.state(), frame.env
             self.restore(before)
+            frame.env = dict(env_before)
             sec.push()
             self.exec_body(node.orelse, frame)
             else_body = sec.pop()
-            after_else = self.state()
+            after_else, env_else = self.state(), frame.env
         finally:
             frame.rt_depth -= 1
         self.merge_states(after_then, after_else, cond)
+        frame.env = _merge_env(env_before, env_then, env_else, cond, frame.span(node).line)
         sec.emit(If(cond, then_body, else_body, loc=frame.span(node).loc))
 
     def _stmt_With(self, node, frame):
@@ -390,7 +440,7 @@ class Parser:
         value = norm(value)
         if frame.loops:
             scope = frame.loops[-1]
-            if name in scope.names_before and name not in scope.bound_inside:
+            if name in scope.names_before and name not in scope.bound_inside and name in scope.carried:
                 old = frame.env.get(name)
                 if not _rebindable(old, value):
                     raise ParseError(f"'{name}' is defined before this pl.range loop and reassigned inside it: "
@@ -703,6 +753,10 @@ class Parser:
                     raise ParseError(f"{fdef.name}() is missing argument '{p}'", frame.span(node))
         return env
 
+    def pipeline_generated(self) -> str | None:
+        from .pipeline_source import generated_module
+        return generated_module(self, self.kernel_name)
+
     # ------------------------------------------------------------------ sections and state
     def require_section(self, frame, node, what: str) -> SectionBuilder:
         if self.section is None:
@@ -740,6 +794,7 @@ class Parser:
         return fact if fact is not None else tile.valid_shape
 
     def set_valid_fact(self, tile: TileValue, valid) -> None:
+        self.written_slots.add(tile.slot.uid)
         if valid is None or tuple(map(str, valid)) == tuple(map(str, tile.valid_shape)):
             self.valid_facts.pop(tile.slot.uid, None)
         else:
@@ -767,6 +822,33 @@ _UNSUPPORTED_HINTS = {"Try": "kernels have no exceptions", "Import": "import mod
                       "Break": "loops run their full trip count; use the loop bounds",
                       "Continue": "use a run-time `if` around the rest of the body",
                       "Global": "use closure constants or arguments", "Nonlocal": "use arguments"}
+
+
+def _merge_env(before: dict, a: dict, b: dict, cond, line: int) -> dict:
+    """Names after a run-time if/else: equal values stay, scalars become a Piecewise, the rest cannot
+    be used after the if."""
+    out = {}
+    for name in set(a) | set(b):
+        va, vb = a.get(name, _MISSING), b.get(name, _MISSING)
+        if va is vb or (not is_runtime(va) and not is_runtime(vb) and _same(va, vb)):
+            out[name] = va
+        elif va is _MISSING or vb is _MISSING:
+            out[name] = Poison(f"it is assigned in only one branch of the run-time `if` at line {line}")
+        elif all(isinstance(v, (int, sympy.Expr)) and not isinstance(v, bool) for v in (va, vb)):
+            out[name] = norm(sympy.Piecewise((va, cond), (vb, True)))
+        else:
+            out[name] = Poison(f"the branches of the run-time `if` at line {line} assign it different values")
+    return {k: out[k] for k in sorted(out, key=lambda k: (k not in before, k))}
+
+
+_MISSING = object()
+
+
+def _same(a, b) -> bool:
+    try:
+        return a is b or bool(a == b)
+    except Exception:
+        return False
 
 
 def _hashable(x) -> bool:

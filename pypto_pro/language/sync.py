@@ -24,7 +24,7 @@ it). Event ids are then allocated per pipe pair and checked against MachineSpec.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pypto.ir.block import For, If, Instr, SetFlag, WaitFlag
 
@@ -38,6 +38,7 @@ class Channel:
     dst: object
     key: tuple
     event: int = -1
+    resources: set = field(default_factory=set)   # the buffers this channel hands from src to dst
 
 
 class Seq:
@@ -160,12 +161,14 @@ class PipeSync:
                 # coalesce: the previous q->p transfer of this list is waited before an earlier
                 # instruction of p; moving its set after this transfer's source covers both
                 ch, set_stmt, set_idx, wait_idx = prev
+                ch.resources |= set(rs)
                 if idx > set_idx:
                     seq.after[set_idx].remove(set_stmt)
                     seq.insert_after(idx, set_stmt)
                     seq.open_xfer[(q, p)] = (ch, set_stmt, idx, wait_idx)
                 continue
             ch = self.channel(("xfer", id(ins), q, p), q, p)
+            ch.resources |= set(rs)
             set_stmt = self._set(ch, ins.loc)
             seq.insert_after(idx, set_stmt)
             wait_idx = seq.append(self._wait(ch, ins.loc))
@@ -200,6 +203,7 @@ class PipeSync:
                 transfers.setdefault((st[1], want), []).append(r)
         for (q, p), rs in transfers.items():
             ch = self.channel(("conv", site, q, p), q, p)
+            ch.resources |= set(rs)
             self._place_set(seq, [self.last.get(r) for r in rs], ch, loc)
             idx = seq.append(self._wait(ch, loc))
             for r in rs:
@@ -210,6 +214,7 @@ class PipeSync:
             if tgt[0] == "pend" and self.state.get(r) != tgt:
                 releases.setdefault(tgt[1], []).append(r)
         for ch, rs in releases.items():
+            ch.resources |= set(rs)
             self._place_set(seq, [self.last.get(r) for r in rs], ch, loc)
             for r in rs:
                 self.state[r] = ("pend", ch)
@@ -313,7 +318,9 @@ class PipeSync:
                 origin = last[r].origin if last.get(r) is not None else None
                 group = self.copy_of.get(origin, origin)
                 loop_id = self.loop_src.get(id(s), id(s))
-                targets[r] = ("pend", self.channel(("carry", loop_id, q, f, group), q, f))
+                ch = self.channel(("carry", loop_id, q, f, group), q, f)
+                ch.resources.add(r)
+                targets[r] = ("pend", ch)
         return targets
 
     def _first_pipes(self, stmts, out=None) -> dict:
