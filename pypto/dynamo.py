@@ -27,6 +27,7 @@ import functools
 import itertools
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,8 @@ counters: collections.Counter = collections.Counter()
 # for running something in eager after all ((name, why)), for inspection
 partitions: collections.deque = collections.deque(maxlen=64)
 failures: collections.deque = collections.deque(maxlen=64)
+# seconds spent in pypto: "compile" (partitioning, probes, conversion, lowering), "run" (partition calls)
+timings: collections.Counter = collections.Counter()
 _graph_ids = itertools.count()
 
 OPTIONS = ("backend", "machine", "dump", "strict", "check", "probe", "timing_only", "trace")
@@ -86,6 +89,7 @@ def reset() -> None:
     counters.clear()
     partitions.clear()
     failures.clear()
+    timings.clear()
 
 
 # ============================================================================ the backend
@@ -104,7 +108,11 @@ def pypto_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
 
     def compiler(kind):
         def compile_aten(aten_gm, aten_inputs):
-            return make_boxed_func(partition_and_compile(aten_gm, f"dynamo{gid}_{kind}", opts))
+            start = time.perf_counter()
+            try:
+                return make_boxed_func(partition_and_compile(aten_gm, f"dynamo{gid}_{kind}", opts))
+            finally:
+                timings["compile"] += time.perf_counter() - start
         return compile_aten
 
     aot = aot_autograd(fw_compiler=compiler("fw"), bw_compiler=compiler("bw"),
@@ -225,6 +233,7 @@ class PyptoPartition(torch.nn.Module):
     def forward(self, *args):
         if self.compiled is None:
             return self.eager(*args)
+        start = time.perf_counter()
         try:
             result = self._run(args)
         except Exception as e:
@@ -236,6 +245,8 @@ class PyptoPartition(torch.nn.Module):
                         self.name, _why(e))
             self.compiled = None
             return self.eager(*args)
+        finally:
+            timings["run"] += time.perf_counter() - start
         counters["runs"] += 1
         return result
 

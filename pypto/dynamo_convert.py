@@ -35,6 +35,10 @@ class ConversionError(CompileError):
     """An FX graph (or one node of it) that pypto cannot take; the caller falls back to eager."""
 
 
+class NothingToCompute(ConversionError):
+    """Every output of the graph is one of its inputs (views and copies only)."""
+
+
 # ============================================================================ sizes
 def _translations():
     from torch.utils._sympy import functions as F
@@ -67,7 +71,57 @@ def size_expr(v):
     for f in v.atoms(sympy.Function):
         if not isinstance(f, _KNOWN_FUNCS):
             raise ConversionError(f"size expression {v} uses {type(f).__name__}, which pypto does not model")
+    if _opaque and v.free_symbols:
+        v = v.subs(_opaque)
     return sym.simplify(v)
+
+
+# while converting one partition: size expressions none of whose symbols can be bound, each standing for
+# a fresh symbol bound from the input dim it is (a [s0*s1, 64] input whose s0, s1 appear nowhere alone)
+_opaque: dict = {}
+_V = sym.symbol("_v")       # the bound value in a solved binder
+
+
+def plan_sizes(placeholders) -> list[tuple]:
+    """Binders (argument position, dim or None, symbol name, solution or None) that bind every size
+    symbol of a partition at run time from its arguments: a dim (or SymInt) that is exactly a symbol
+    binds it; one with a single unknown symbol is solved for it (s0*s1 with s0 known: s1 = v / s0);
+    what is left is made opaque (``_opaque``)."""
+    dims = []
+    for pos, p in enumerate(placeholders):
+        v = p.meta.get("val")
+        exprs = list(enumerate(v.shape)) if isinstance(v, torch.Tensor) else \
+            [(None, v)] if isinstance(v, torch.SymInt) else []
+        for d, e in exprs:
+            e = size_expr(e)
+            if not isinstance(e, int):
+                dims.append((pos, d, e))
+    binders, bound = [], set()
+    for pos, d, e in dims:
+        if isinstance(e, sympy.Symbol) and e not in bound:
+            binders.append((pos, d, e.name, None))
+            bound.add(e)
+    progress = True
+    while progress:
+        progress = False
+        for pos, d, e in dims:
+            unknown = e.free_symbols - bound
+            if len(unknown) != 1:
+                continue
+            s = unknown.pop()
+            try:
+                sols = sympy.solve(sympy.Eq(e, _V), s)
+            except Exception:       # noqa: BLE001 - floor/Mod and the like: not solvable here
+                sols = []
+            if len(sols) == 1:
+                binders.append((pos, d, s.name, sols[0]))
+                bound.add(s)
+                progress = True
+    for pos, d, e in dims:
+        if e not in _opaque and e.free_symbols and not e.free_symbols & bound:
+            _opaque[e] = sym.symbol(f"u{len(_opaque)}")
+            binders.append((pos, d, _opaque[e].name, None))
+    return binders
 
 
 def shape_of(t) -> tuple:
@@ -578,7 +632,7 @@ class Converted:
     """One partition as a pypto graph, and how to call it."""
     graph: object                                   # TensorGraph
     tensor_args: list[int]                          # FX argument positions feeding graph inputs, in order
-    binders: list[tuple]                            # (argument position, dim or None, symbol name)
+    binders: list[tuple]                            # see plan_sizes
     outputs: list[tuple]                            # per FX output: ("graph", k) | ("arg", position)
     out_shapes: list[tuple]                         # expected shape of every graph output (pypto sizes)
     out_dtypes: list[dtypes.DataType]
@@ -588,8 +642,10 @@ class Converted:
 
     def bind(self, args) -> dict:
         env = {}
-        for pos, dim, name in self.binders:
+        for pos, dim, name, solution in self.binders:
             v = int(args[pos].shape[dim]) if dim is not None else int(args[pos])
+            if solution is not None:
+                v = sym.evaluate(solution, {**env, _V.name: v})
             if env.setdefault(name, v) != v:
                 raise ConversionError(f"size {name} is bound to {env[name]} and {v}")
         return env
@@ -630,20 +686,25 @@ def node_location(node: torch.fx.Node) -> SourceLoc | None:
 
 def convert(gm: torch.fx.GraphModule, name: str) -> Converted:
     """Trace the FX graph ``gm`` (ATen ops, FakeTensor metadata on every node) into a TensorGraph."""
+    _opaque.clear()
+    try:
+        return _convert(gm, name)
+    finally:
+        _opaque.clear()
+
+
+def _convert(gm: torch.fx.GraphModule, name: str) -> Converted:
     nodes = list(gm.graph.nodes)
     placeholders = [n for n in nodes if n.op == "placeholder"]
-    specs, tensor_args, binders, sizes = [], [], [], {}
+    binders = plan_sizes(placeholders)
+    specs, tensor_args, sizes = [], [], {}
     for pos, p in enumerate(placeholders):
         v = p.meta.get("val")
         if isinstance(v, torch.Tensor):
-            shape = shape_of(v)
-            specs.append(TensorSpec(shape, dtype_of(v), p.name))
+            specs.append(TensorSpec(shape_of(v), dtype_of(v), p.name))
             tensor_args.append(pos)
-            binders += [(pos, d, s.name) for d, s in enumerate(shape) if isinstance(s, sympy.Symbol)]
         elif isinstance(v, torch.SymInt):
             sizes[p] = size_expr(v)
-            if isinstance(sizes[p], sympy.Symbol):
-                binders.append((pos, None, sizes[p].name))
         elif isinstance(v, int) and not isinstance(v, bool):
             raise ConversionError(f"placeholder {p.name} is a plain int")
         else:
@@ -682,12 +743,12 @@ def convert(gm: torch.fx.GraphModule, name: str) -> Converted:
                 k = len(graph_outs) - 1
             outputs.append(("graph", k))
         if not graph_outs:
-            raise ConversionError("the partition computes nothing (every output is an input)")
+            raise NothingToCompute("the partition computes nothing (every output is an input)")
         plan["outputs"] = outputs
         return tuple(graph_outs)
 
     try:
-        graph = trace_callable(body, specs, name, symbols=[s for s in sizes.values() if isinstance(s, sympy.Symbol)])
+        graph = trace_callable(body, specs, name, symbols=[sym.symbol(b[2]) for b in binders])
     except ConversionError:
         raise
     except pypto.PyptoError as e:

@@ -8,6 +8,7 @@ a partition that fails to compile as a whole still falls back to eager (pypto/dy
 from __future__ import annotations
 
 import logging
+import operator
 
 import torch
 
@@ -45,7 +46,16 @@ def one_node_graph(node: torch.fx.Node) -> torch.fx.GraphModule:
         p.meta = dict(a.meta)
         env[a] = p
     call = g.node_copy(node, lambda a: env[a])
-    g.output(call)
+    if isinstance(node.meta.get("val"), (list, tuple)):       # multi-result: the members in use
+        used = sorted({u.args[1] for u in node.users if u.target is operator.getitem})
+        items = []
+        for i in used:
+            item = g.call_function(operator.getitem, (call, i))
+            item.meta = dict(next(u for u in node.users if u.args[1] == i).meta)
+            items.append(item)
+        g.output(tuple(items))
+    else:
+        g.output(call)
     return torch.fx.GraphModule(torch.nn.Module(), g)
 
 
@@ -55,10 +65,12 @@ def probe(node: torch.fx.Node, backend: str, options: dict) -> str | None:
         return None
     key = (backend, options.get("machine"), signature(node))
     if key not in _verdicts:
-        from .dynamo_convert import convert
+        from .dynamo_convert import NothingToCompute, convert
         try:
             conv = convert(one_node_graph(node), f"probe_{node.name}")
             backends.compile_graph(conv.graph, backend, {k: v for k, v in options.items() if k != "dump"})
+            _verdicts[key] = None
+        except NothingToCompute:        # a view or copy that is free on its own: fine anywhere
             _verdicts[key] = None
         except Exception as e:    # noqa: BLE001 - any failure means: leave this kind of node in eager
             _verdicts[key] = f"{backend} lowering: " + (getattr(e, "message", None) or f"{type(e).__name__}: {e}")

@@ -189,3 +189,53 @@ def test_probe_keeps_ops_a_lowering_lacks_in_eager(monkeypatch, caplog):
     assert pd.counters["partitions"] == 2 and pd.counters["eager_ops"] == 1 and not pd.failures
     assert "sim lowering: no tanh on this machine" in caplog.text
     probe.clear()
+
+
+def _symbolic_graph():
+    """y: [s0*s1, 16], z: [s0, 16] -> exp(y).view(s0, s1, 16) + z[:, None, :], built by hand with
+    FakeTensor metadata (a partition whose inputs carry compound sizes, as after an eager op)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from torch._dynamo.source import ConstantSource
+    env = ShapeEnv()
+    s0, s1 = (env.create_symintnode(env.create_symbol(h, ConstantSource(n)), hint=h) for n, h in (("a", 3), ("b", 5)))
+    g = torch.fx.Graph()
+    with FakeTensorMode(shape_env=env):
+        y, z = g.placeholder("y"), g.placeholder("z")
+        y.meta["val"], z.meta["val"] = torch.empty(s0 * s1, 16), torch.empty(s0, 16)
+
+        def call(op, *args):
+            node = g.call_function(op, args)
+            node.meta["val"] = op(*torch.fx.node.map_arg(args, lambda a: a.meta["val"]))
+            return node
+        out = call(aten.add.Tensor, call(aten.view.default, call(aten.exp.default, y), [s0, s1, 16]),
+                   call(aten.unsqueeze.default, z, 1))
+    g.output(out)
+    return torch.fx.GraphModule(torch.nn.Module(), g)
+
+
+@pytest.mark.filterwarnings("ignore:Raw SymInt")
+def test_compound_input_sizes_are_solved_or_made_opaque():
+    gm = _symbolic_graph()
+    conv = dc.convert(gm, "solve")
+    # s0 is bound from z's first dim; s1 is solved from y's: s0*s1 = v
+    s0 = str(gm.graph.find_nodes(op="placeholder")[1].meta["val"].shape[0])     # z's first dim
+    (n0, solved0), (s1, solved1) = [(b[2], b[3] is not None) for b in conv.binders]
+    assert (n0, solved0, solved1) == (s0, False, True)
+    compiled = pypto.backends.compile_graph(conv.graph, "reference", {})
+    for a, b in ((3, 5), (4, 7)):
+        y, z = torch.randn(a * b, 16), torch.randn(a, 16)
+        env = conv.bind([y, z])
+        assert env == {s0: a, s1: b}
+        out, _ = compiled.run([y, z], env)
+        torch.testing.assert_close(out[0], y.exp().view(a, b, 16) + z[:, None, :])
+    # the exp alone: s0*s1 appears only as a whole, so it becomes one opaque size
+    exp_only = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
+    g = exp_only.graph
+    y = g.placeholder("y")
+    y.meta = dict(next(iter(gm.graph.nodes)).meta)
+    e = g.call_function(aten.exp.default, (y,))
+    e.meta = dict(next(n for n in gm.graph.nodes if n.target == aten.exp.default).meta)
+    g.output(e)
+    conv = dc.convert(exp_only, "opaque")
+    assert [b[2] for b in conv.binders] == ["u0"] and conv.bind([torch.randn(12, 16)]) == {"u0": 12}
