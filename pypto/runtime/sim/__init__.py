@@ -4,6 +4,21 @@ the instruction and the user's line, a Report and an optional Chrome trace.
 
     outputs, report = pypto.runtime.sim.run(graph, {"x": x}, {"M": 77})
     outputs, report = pypto.runtime.sim.run_kernel(kernel, {"x": x, "y": y}, {"r0": 0}, block_dim=4)
+
+Modules, in the order a run uses them:
+  buffers.py     GM tensors of the run (views included), shapes from the size symbols
+  control.py     the AICPU control program: loops expanded into task instances, submissions (stitching)
+  deps.py        task dependencies from declared GM regions (RAW / WAR / WAW)
+  scheduler.py   MPMD dispatch of task instances to free cores; time-ordered advance of running blocks
+  launch.py      a task instance bound to its kernel's compiled blocks, tensors and scalars
+  engine.py      SimState (cores, shared memory, counters) and Unit (one block or cluster instance)
+  core.py        one block instance on a core: pipes, flags, scalar issue, race/clobber/event checks
+  program.py     a Block compiled once: checked statements and a generated scalar-unit walker
+  exprs.py       sympy scalar expressions printed as plain Python
+  timing.py      instruction costs from the MachineSpec (data)
+  gm.py          shared HBM bandwidth calendar and the L2 model
+  functional.py  operand regions and bounds; semantics.py: what each instruction computes
+  trace.py       Chrome-trace JSON;  samples.py: hand-built kernels for tests and benchmarks
 """
 from __future__ import annotations
 
