@@ -3,7 +3,7 @@
 
 Dynamo hands over an FX graph of torch calls; AOT autograd turns it into ATen graphs (forward,
 backward, or one inference graph) with core ATen decompositions. Each ATen graph is cut into
-partitions of the ops pypto supports (pypto/dynamo_convert.py's table); the rest stays in eager
+partitions of the ops pypto supports (pypto/fx/rules.py); the rest stays in eager
 between them. Every partition is converted into a TensorGraph, compiled with
 ``pypto.backends.compile_graph`` and run with ``Compiled.run``. Anything that fails in pypto —
 conversion, compilation, or a run — is logged on the ``pypto.dynamo`` logger and that partition runs
@@ -17,7 +17,7 @@ Options (``torch.compile(..., options={...})``):
   check        compare each partition with eager the first time it runs at each size (default: on for
                the lowered backends, off for reference); a mismatch logs and falls back to eager
   probe        on a lowered backend, compile each kind of ATen node alone first and keep those its
-               lowering cannot compile in eager (default True; see pypto/dynamo_probe.py)
+               lowering cannot compile in eager (default True; see pypto/fx/probe.py)
   timing_only, trace   passed to the runtime, as in pypto.jit
 """
 from __future__ import annotations
@@ -99,7 +99,7 @@ def pypto_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
     from torch._dynamo.backends.common import aot_autograd
     from torch._dynamo.exc import RestartAnalysis
 
-    from .dynamo_convert import remember_locations
+    from .fx.locations import remember_locations
     opts = parse_options(options)
     remember_locations(gm)
     if mode not in (None, "default") or kwargs:
@@ -132,7 +132,7 @@ def pypto_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
 
 def decompositions() -> dict:
     """Core ATen decompositions, plus those of the composite ops pypto has no function for yet."""
-    from .dynamo_convert import DECOMPOSABLE, RULES
+    from .fx.rules import DECOMPOSABLE, RULES
     return _decompositions(tuple(op for op in DECOMPOSABLE if RULES[op].missing()))
 
 
@@ -150,8 +150,8 @@ def partition_and_compile(gm: torch.fx.GraphModule, name: str, opts: Options) ->
     partition replaced by a submodule that runs it through pypto (or in eager after a failure)."""
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.operator_support import OperatorSupportBase
-    from .dynamo_convert import is_compute, unsupported_reason
-    from .dynamo_probe import probe
+    from .fx.rules import is_compute, unsupported_reason
+    from .fx.probe import probe
 
     counters["graphs"] += 1
     left: collections.Counter = collections.Counter()
@@ -188,7 +188,7 @@ def _is_size_math(node) -> bool:
 
 
 def compile_partition(sub: torch.fx.GraphModule, name: str, opts: Options) -> torch.nn.Module:
-    from .dynamo_convert import convert
+    from .fx.convert import convert
     _dump_text(opts.dump, name, "aten_graph.py", sub.code)
     try:
         conv = convert(sub, name)

@@ -10,7 +10,9 @@ import torch
 
 import pypto
 import pypto.dynamo as pd
-import pypto.dynamo_convert as dc
+import pypto.fx.convert as fxc
+import pypto.fx.meta as fxm
+import pypto.fx.rules as fxr
 from dynamo_models import MLP, WithUnsupportedOp
 
 aten = torch.ops.aten
@@ -57,7 +59,7 @@ def _broken(*args, **kwargs):
 
 
 def test_broken_conversion_falls_back_with_reason(monkeypatch, caplog):
-    monkeypatch.setitem(dc.RULES, aten.addmm.default, dc.Rule(_broken, needs=("matmul",)))
+    monkeypatch.setitem(fxr.RULES, aten.addmm.default, fxr.Rule(_broken, needs=("matmul",)))
     torch.manual_seed(0)
     model = MLP().eval()
     compiled = _compile(model)
@@ -71,7 +73,7 @@ def test_broken_conversion_falls_back_with_reason(monkeypatch, caplog):
 def test_wrong_shape_from_a_rule_is_caught(monkeypatch, caplog):
     """A rule bug that would give a wrong answer (here: a row sum that forgets to reduce) is caught by
     the check against torch's FakeTensor shapes, and the partition runs in eager."""
-    monkeypatch.setitem(dc.RULES, aten.sum.dim_IntList, dc.Rule(lambda cx, input, **_: input))
+    monkeypatch.setitem(fxr.RULES, aten.sum.dim_IntList, fxr.Rule(lambda cx, input, **_: input))
 
     def f(x):
         return (x.exp().sum(-1, keepdim=True) + 1).log()
@@ -98,7 +100,7 @@ def test_failure_at_run_time_falls_back(monkeypatch, caplog):
 
 
 def test_strict_mode_raises(monkeypatch):
-    monkeypatch.setitem(dc.RULES, aten.addmm.default, dc.Rule(_broken, needs=("matmul",)))
+    monkeypatch.setitem(fxr.RULES, aten.addmm.default, fxr.Rule(_broken, needs=("matmul",)))
     with pytest.raises(Exception, match="deliberately broken"):
         _compile(MLP().eval(), strict=True)(torch.randn(2, 16))
 
@@ -138,14 +140,14 @@ def test_size_expressions_translate():
     from torch.utils._sympy.functions import CeilDiv, FloorDiv, Max, ModularIndexing
     s0 = sympy.Symbol("s0", integer=True, positive=True)
     n = pypto.symbolic.symbol("s0")
-    assert dc.size_expr(FloorDiv(s0, 4)) == sympy.floor(n / 4)
-    ceil = dc.size_expr(CeilDiv(s0, 4))
+    assert fxm.size_expr(FloorDiv(s0, 4)) == sympy.floor(n / 4)
+    ceil = fxm.size_expr(CeilDiv(s0, 4))
     assert [pypto.symbolic.evaluate(ceil, {"s0": v}) for v in (4, 5, 8, 9)] == [1, 2, 2, 3]
-    assert dc.size_expr(Max(s0, 3) * 2) == 2 * sympy.Max(n, 3)
-    assert dc.size_expr(ModularIndexing(s0, 2, 8)) == sympy.Mod(sympy.floor(n / 2), 8)
-    assert pypto.symbolic.evaluate(dc.size_expr(FloorDiv(s0, 4) + 1), {"s0": 10}) == 3
-    with pytest.raises(dc.ConversionError):
-        dc.size_expr(sympy.sin(s0))
+    assert fxm.size_expr(Max(s0, 3) * 2) == 2 * sympy.Max(n, 3)
+    assert fxm.size_expr(ModularIndexing(s0, 2, 8)) == sympy.Mod(sympy.floor(n / 2), 8)
+    assert pypto.symbolic.evaluate(fxm.size_expr(FloorDiv(s0, 4) + 1), {"s0": 10}) == 3
+    with pytest.raises(fxm.ConversionError):
+        fxm.size_expr(sympy.sin(s0))
 
 
 def test_wrong_result_from_a_backend_is_caught_by_check(monkeypatch, caplog):
@@ -171,7 +173,7 @@ def test_wrong_result_from_a_backend_is_caught_by_check(monkeypatch, caplog):
 def test_probe_keeps_ops_a_lowering_lacks_in_eager(monkeypatch, caplog):
     """On a lowered backend each kind of node is compiled alone first; one the lowering rejects stays
     in eager and the rest still runs through pypto (here a fake 'sim' that cannot lower tanh)."""
-    import pypto.dynamo_probe as probe
+    import pypto.fx.probe as probe
     probe.clear()
     real_compile = pypto.backends.compile_graph
 
@@ -217,7 +219,7 @@ def _symbolic_graph():
 @pytest.mark.filterwarnings("ignore:Raw SymInt")
 def test_compound_input_sizes_are_solved_or_made_opaque():
     gm = _symbolic_graph()
-    conv = dc.convert(gm, "solve")
+    conv = fxc.convert(gm, "solve")
     # s0 is bound from z's first dim; s1 is solved from y's: s0*s1 = v
     s0 = str(gm.graph.find_nodes(op="placeholder")[1].meta["val"].shape[0])     # z's first dim
     (n0, solved0), (s1, solved1) = [(b[2], b[3] is not None) for b in conv.binders]
@@ -237,5 +239,5 @@ def test_compound_input_sizes_are_solved_or_made_opaque():
     e = g.call_function(aten.exp.default, (y,))
     e.meta = dict(next(n for n in gm.graph.nodes if n.target == aten.exp.default).meta)
     g.output(e)
-    conv = dc.convert(exp_only, "opaque")
+    conv = fxc.convert(exp_only, "opaque")
     assert [b[2] for b in conv.binders] == ["u0"] and conv.bind([torch.randn(12, 16)]) == {"u0": 12}

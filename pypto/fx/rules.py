@@ -1,0 +1,503 @@
+"""The table from ATen overloads to pypto's traced functions (``RULES``), and what pypto can take.
+
+A rule is live while every pypto function it ``needs`` exists (op families land over time; a rule
+switches on by itself when its functions do), and its ``accepts`` check passes on the node's
+non-tensor arguments. A rule receives the node's arguments by schema name ('self' is 'input'), with
+pypto Tensors for tensors and pypto sizes for SymInts, and a NodeContext holding the result torch
+expects (shape and dtype from the FakeTensor)."""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .. import dtypes, symbolic as sym
+from ..frontend import api
+from ..frontend.tensor import Tensor
+from .meta import ConversionError, is_f64_scalar, size_expr
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+
+@dataclass(frozen=True)
+class Rule:
+    convert: Callable                    # (cx, **arguments by schema name; 'self' is 'input') -> value
+    needs: tuple = ()                    # pypto functions it calls (looked up on the pypto module)
+    accepts: Callable | None = None      # (arguments) -> None when fine, else why not
+    compute: bool = True                 # False for views, copies and creation
+
+    def missing(self) -> list[str]:
+        return [n for n in self.needs if not callable(getattr(api, n, None))]
+
+
+def fn(name: str) -> Callable:
+    """The traced pypto function ``name`` (pypto.frontend.api re-exports every op family)."""
+    return getattr(api, name)
+
+
+@dataclass
+class NodeContext:
+    """What a rule may know about the node it converts: the expected result (from the FakeTensor)."""
+    node: torch.fx.Node
+    module: torch.nn.Module
+    out_shape: tuple | None = None
+    out_dtype: dtypes.DataType | None = None
+
+    def cast(self, x, dt: dtypes.DataType | None = None):
+        dt = dt or self.out_dtype
+        return api.cast(x, dt) if isinstance(x, Tensor) and x.dtype != dt else x
+
+    def common_dtype(self) -> dtypes.DataType:
+        """torch's computation dtype for this node's operands (0-d tensors and Python scalars count
+        the way torch counts them)."""
+        vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in self.node.args]
+        vals = [v for v in vals if isinstance(v, (torch.Tensor, int, float, bool))]
+        return dtypes.from_torch(torch.result_type(*vals)) if len(vals) >= 2 else self.out_dtype
+
+
+class Lazy(tuple):
+    """A multi-result value whose members are built on first use (unused ones are never traced)."""
+
+    def __new__(cls, thunks):
+        obj = super().__new__(cls, thunks)
+        obj.memo = {}
+        return obj
+
+    def get(self, i):
+        if i not in self.memo:
+            self.memo[i] = tuple.__getitem__(self, i)()
+        return self.memo[i]
+
+
+def _numbers_only(*names):
+    def accepts(a):
+        for n in names:
+            if a.get(n) is not None and not isinstance(a[n], (int, float)):
+                return f"'{n}' must be a constant number, found {a[n]!r}"
+        return None
+    return accepts
+
+
+# ---------------------------------------------------------------- elementwise
+def _unary(name):
+    return Rule(lambda cx, input: fn(name)(input), needs=(name,))
+
+
+def _arith(name):
+    """add/sub (with alpha), mul, div, pow, maximum...: operands cast to the result dtype first, as
+    torch computes them."""
+    def convert(cx, input, other=None, alpha=1, exponent=None):
+        other = exponent if other is None else other      # pow's second operand is 'exponent'
+        if alpha != 1:
+            other = fn("mul")(other, alpha)
+        return fn(name)(cx.cast(input), cx.cast(other))
+    return Rule(convert, needs=(name,) + (("mul",) if name in ("add", "sub") else ()),
+                accepts=_numbers_only("alpha"))
+
+
+def _compare(name):
+    def convert(cx, input, other):
+        dt = cx.common_dtype()
+        return fn(name)(cx.cast(input, dt), cx.cast(other, dt))
+    return Rule(convert, needs=(name,))
+
+
+def _bool_only(name):
+    """bitwise ops on bool tensors are the logical ops."""
+    def accepts(a):
+        return None if a.get("_dtype") == torch.bool else "bitwise ops are supported on bool tensors only"
+    return Rule(lambda cx, input, other=None: fn(name)(input) if other is None else fn(name)(input, other),
+                needs=(name,), accepts=accepts)
+
+
+def _div_mode(cx, input, other, rounding_mode=None):
+    q = fn("div")(cx.cast(input, cx.out_dtype if cx.out_dtype.is_floating else dtypes.float32),
+                  cx.cast(other, cx.out_dtype if cx.out_dtype.is_floating else dtypes.float32))
+    if rounding_mode == "floor":
+        q = fn("floor")(q)
+    return cx.cast(q)
+
+
+def _isnan(cx, input):
+    return fn("ne")(input, input)
+
+
+def _isinf(cx, input):
+    return fn("logical_and")(fn("logical_not")(fn("isfinite")(input)), fn("eq")(input, input))
+
+
+def _where(cx, condition, input, other):
+    return fn("where")(condition, cx.cast(input), cx.cast(other))
+
+
+def _clamp(cx, input, min=None, max=None):
+    return fn("clip")(input, min, max)
+
+
+def _gelu(cx, input, approximate="none"):
+    return fn("gelu")(input, approximate=approximate)
+
+
+def _identity(cx, input, **_):
+    return input
+
+
+def _to_copy(cx, input, dtype=None, **_):
+    return api.cast(input, cx.out_dtype)
+
+
+def _on_cpu_strided(a):
+    if a.get("device") is not None and torch.device(a["device"]).type != "cpu":
+        return f"device {a['device']} is not the CPU"
+    if a.get("layout") not in (None, torch.strided):
+        return f"layout {a['layout']} is not strided"
+    return None
+
+
+# ---------------------------------------------------------------- creation
+def _full(cx, size, fill_value, **_):
+    return api.full(tuple(size_expr(d) for d in size), fill_value, cx.out_dtype)
+
+
+def _scalar_tensor(cx, s, **_):
+    return api.scalar(s, cx.out_dtype)
+
+
+def _full_accepts(a):
+    return _on_cpu_strided(a) or _numbers_only("fill_value", "s")(a)
+
+
+# ---------------------------------------------------------------- views
+def _dims(x: Tensor) -> list:
+    return list(x.shape)
+
+
+def _reshape_to_out(cx, input, **_):
+    return api.reshape(input, cx.out_shape)
+
+
+def _norm(d: int, rank: int) -> int:
+    return d % rank if rank else 0
+
+
+def _offset(start, size):
+    """A slice bound as a pypto offset: None -> 0, negative -> counted from the end."""
+    if start is None:
+        return 0
+    start = size_expr(start)
+    if isinstance(start, int) and start < 0:
+        return sym.simplify(size + start)
+    if isinstance(start, int) and isinstance(size, int):
+        return min(start, size)
+    return start
+
+
+def _box(x: Tensor, dim: int, offset, length) -> Tensor:
+    offsets = [0] * x.ndim
+    shape = _dims(x)
+    offsets[dim], shape[dim] = offset, length
+    return api.emit("view", [x], {"offsets": tuple(offsets), "shape": tuple(shape)})
+
+
+def _slice(cx, input, dim=0, start=None, end=None, step=1):
+    dim = _norm(dim, input.ndim)
+    off = _offset(start, input.shape[dim])
+    length = cx.out_shape[dim]
+    if isinstance(off, int) and off == 0 and sym.equal(length, input.shape[dim]) is True:
+        return input
+    return _box(input, dim, off, length)
+
+
+def _select(cx, input, dim, index):
+    dim = _norm(dim, input.ndim)
+    return api.reshape(_box(input, dim, _offset(index, input.shape[dim]), 1), cx.out_shape)
+
+
+def _split_sizes(cx, input, split_sizes, dim=0):
+    dim = _norm(dim, input.ndim)
+    out, off = [], 0
+    for s in split_sizes:
+        s = size_expr(s)
+        out.append(_box(input, dim, off, s))
+        off = sym.simplify(off + s)
+    return out
+
+
+def _split(cx, input, split_size, dim=0):
+    dim = _norm(dim, input.ndim)
+    sizes = [size_expr(v.shape[dim]) for v in cx.node.meta["val"]]
+    return _split_sizes(cx, input, sizes, dim)
+
+
+def _expand(cx, input, size, implicit=False):
+    return fn("expand")(input, *cx.out_shape)
+
+
+def _cat(cx, tensors, dim=0):
+    tensors = [cx.cast(t) for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)]   # legacy empty tensors
+    return fn("concat")(tensors, dim)
+
+
+def _arange(cx, start=0, end=None, step=1, **_):
+    return fn("arange")(start, end, step, dtype=cx.out_dtype)
+
+
+def _tri(name):
+    return Rule(lambda cx, input, diagonal=0: fn(name)(input, diagonal), needs=(name,))
+
+
+def _getitem(cx, input, index):
+    if isinstance(input, Lazy):
+        return input.get(index)
+    if isinstance(input, (list, tuple)):
+        return input[index]
+    raise ConversionError(f"getitem on {type(input).__name__}")
+
+
+def _getitem_accepts(a):
+    src = a.get("input")
+    if isinstance(src, torch.fx.Node) and src.op == "call_function" and src.target in RULES:
+        return None
+    return "getitem of a value pypto does not produce"
+
+
+# ---------------------------------------------------------------- reductions, matmul, normalisation
+def _reduce(name):
+    def convert(cx, input, dim=None, keepdim=False, dtype=None):
+        if dtype is not None or (name in ("sum", "mean", "prod") and input.dtype != cx.out_dtype):
+            input = cx.cast(input)
+        dims = None if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0) else dim
+        return fn(name)(input, dims, keepdim)
+    return Rule(convert, needs=(name,))
+
+
+def _var(cx, input, dim=None, correction=None, keepdim=False):
+    return fn("var")(input, dim, keepdim=keepdim, correction=1 if correction is None else correction)
+
+
+def _mm(cx, input, mat2):
+    return fn("matmul")(input, mat2)
+
+
+def _addmm(cx, input, mat1, mat2, beta=1, alpha=1):
+    """bias + mat1 @ mat2 with one rounding at the end, as torch: fp16/bf16 products stay fp32 until
+    the bias is added."""
+    low = cx.out_dtype in (dtypes.float16, dtypes.bfloat16)
+    prod = fn("matmul")(mat1, mat2, dtypes.float32 if low else None)
+    if alpha != 1:
+        prod = fn("mul")(prod, alpha)
+    if beta == 0:
+        return prod
+    return fn("add")(prod, input if beta == 1 else fn("mul")(input, beta))
+
+
+def _permute(cx, input, dims):
+    return fn("permute")(input, *dims)
+
+
+def _arg_reduce(name):
+    return Rule(lambda cx, input, dim=None, keepdim=False: fn(name)(input, dim, keepdim), needs=(name,))
+
+
+def _minmax_dim(reduce, arg):
+    """max.dim / min.dim -> (values, indices); indices are built only when used."""
+    def convert(cx, input, dim, keepdim=False):
+        return Lazy([lambda: fn(reduce)(input, dim, keepdim), lambda: fn(arg)(input, dim, keepdim)])
+    return Rule(convert, needs=(reduce, arg))
+
+
+def _cumsum(cx, input, dim, dtype=None):
+    return fn("cumsum")(input, dim, dtype=cx.out_dtype if dtype is not None else None)
+
+
+def _index_select(cx, input, dim, index):
+    return fn("index_select")(input, dim, index)
+
+
+def _gather(cx, input, dim, index, sparse_grad=False):
+    return fn("gather")(input, dim, index)
+
+
+def _embedding(cx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    rows = fn("index_select")(weight, 0, api.reshape(indices, [-1]))
+    return api.reshape(rows, cx.out_shape)
+
+
+def _pad(cx, input, pad, value=0):
+    return fn("pad")(input, list(pad), value=value)
+
+
+def _softmax(name):
+    def convert(cx, input, dim, half_to_float=False):
+        return fn(name)(input, dim)
+    return Rule(convert, needs=(name,),
+                accepts=lambda a: "half_to_float" if a.get("half_to_float") else None)
+
+
+def _layer_norm(cx, input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """-> (out, mean, rstd) as torch's native_layer_norm; mean and rstd are built only when used
+    (training saves them for backward)."""
+    dims = list(range(input.ndim - len(normalized_shape), input.ndim))
+    stats_dt = dtypes.float32 if input.dtype in (dtypes.float16, dtypes.bfloat16) else input.dtype
+
+    def out():
+        return fn("layer_norm")(input, list(normalized_shape), weight, bias, eps)
+
+    def mean():
+        return fn("mean")(api.cast(input, stats_dt), dims, True)
+
+    def rstd():
+        x = api.cast(input, stats_dt)
+        centred = fn("sub")(x, fn("mean")(x, dims, True))
+        var = fn("mean")(fn("mul")(centred, centred), dims, True)
+        return fn("rsqrt")(fn("add")(var, eps))
+    return Lazy([out, mean, rstd])
+
+
+# ---------------------------------------------------------------- the table
+UNARY = ["abs", "neg", "exp", "exp2", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "sigmoid", "tanh",
+         "sin", "cos", "floor", "ceil", "sign", "relu", "logical_not", "silu"]
+ARITH = {"add": ("Tensor", "Scalar"), "sub": ("Tensor", "Scalar"), "mul": ("Tensor", "Scalar"),
+         "div": ("Tensor", "Scalar"), "pow": ("Tensor_Scalar", "Tensor_Tensor", "Scalar"),
+         "maximum": ("default",), "minimum": ("default",), "remainder": ("Tensor", "Scalar")}
+COMPARE = ["eq", "ne", "lt", "le", "gt", "ge"]
+REDUCE = {"sum": ("dim_IntList", "default"), "mean": ("dim", "default"), "amax": ("default",),
+          "amin": ("default",), "prod": ("dim_int", "default")}
+VIEW_AS_RESHAPE = [aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
+                   aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default]
+CPU_ONLY = _on_cpu_strided
+
+RULES: dict = {}
+for _n in UNARY:
+    if hasattr(aten, _n):
+        RULES[getattr(aten, _n).default] = _unary(_n)
+RULES[aten.round.default] = _unary("round")
+for _n, _overloads in ARITH.items():
+    for _o in _overloads:
+        RULES[getattr(getattr(aten, _n), _o)] = _arith(_n)
+for _n in COMPARE:
+    for _o in ("Tensor", "Scalar"):
+        RULES[getattr(getattr(aten, _n), _o)] = _compare(_n)
+for _n in ("logical_and", "logical_or"):
+    RULES[getattr(aten, _n).default] = _compare(_n)
+RULES[aten.bitwise_not.default] = _bool_only("logical_not")
+RULES[aten.bitwise_and.Tensor] = _bool_only("logical_and")
+RULES[aten.bitwise_or.Tensor] = _bool_only("logical_or")
+RULES[aten.div.Tensor_mode] = Rule(_div_mode, needs=("div", "floor"),
+                                   accepts=lambda a: None if a.get("rounding_mode") in (None, "floor")
+                                   else f"rounding_mode {a.get('rounding_mode')!r}")
+RULES[aten.where.self] = Rule(_where, needs=("where",))
+RULES[aten.isnan.default] = Rule(_isnan, needs=("ne",))
+RULES[aten.isinf.default] = Rule(_isinf, needs=("logical_and", "logical_not", "isfinite", "eq"))
+RULES[aten.clamp.default] = Rule(_clamp, needs=("clip",), accepts=_numbers_only("min", "max"))
+RULES[aten.gelu.default] = Rule(_gelu, needs=("gelu",))
+RULES[aten._to_copy.default] = Rule(_to_copy, accepts=CPU_ONLY, compute=False)
+RULES[prims.convert_element_type.default] = Rule(lambda cx, a, dtype: api.cast(a, cx.out_dtype), compute=False)
+for _op in (aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default, aten.detach.default):
+    RULES[_op] = Rule(_identity, compute=False)
+RULES[aten.full.default] = Rule(_full, accepts=_full_accepts, compute=False)
+RULES[aten.scalar_tensor.default] = Rule(_scalar_tensor, accepts=_full_accepts, compute=False)
+for _op in VIEW_AS_RESHAPE:
+    RULES[_op] = Rule(_reshape_to_out, compute=False)
+RULES[aten.slice.Tensor] = Rule(_slice, compute=False,
+                                accepts=lambda a: None if a.get("step", 1) == 1 else f"slice step {a.get('step')}")
+RULES[aten.select.int] = Rule(_select, compute=False)
+RULES[aten.split_with_sizes.default] = Rule(_split_sizes, compute=False)
+RULES[aten.split.Tensor] = Rule(_split, compute=False)
+RULES[aten.expand.default] = Rule(_expand, needs=("expand",), compute=False)
+RULES[aten.cat.default] = Rule(_cat, needs=("concat",), compute=False)
+for _op in (aten.arange.default, aten.arange.start, aten.arange.start_step):
+    RULES[_op] = Rule(_arange, needs=("arange",), accepts=_on_cpu_strided, compute=False)
+RULES[aten.tril.default] = _tri("tril")
+RULES[aten.triu.default] = _tri("triu")
+RULES[operator.getitem] = Rule(_getitem, accepts=_getitem_accepts, compute=False)
+RULES[aten.permute.default] = Rule(_permute, needs=("permute",), compute=False)
+for _n, _overloads in REDUCE.items():
+    for _o in _overloads:
+        RULES[getattr(getattr(aten, _n), _o)] = _reduce(_n)
+RULES[aten.var.correction] = Rule(_var, needs=("var",), accepts=_numbers_only("correction"))
+RULES[aten.mm.default] = Rule(_mm, needs=("matmul",))
+RULES[aten.bmm.default] = Rule(_mm, needs=("matmul",))
+RULES[aten.addmm.default] = Rule(_addmm, needs=("matmul", "mul", "add"), accepts=_numbers_only("beta", "alpha"))
+for _n in ("argmax", "argmin"):
+    RULES[getattr(aten, _n).default] = _arg_reduce(_n)
+RULES[aten.max.dim] = _minmax_dim("amax", "argmax")
+RULES[aten.min.dim] = _minmax_dim("amin", "argmin")
+RULES[aten.cumsum.default] = Rule(_cumsum, needs=("cumsum",))
+RULES[aten.index_select.default] = Rule(_index_select, needs=("index_select",), compute=False)
+RULES[aten.gather.default] = Rule(_gather, needs=("gather",), compute=False)
+RULES[aten.embedding.default] = Rule(_embedding, needs=("index_select",), compute=False)
+RULES[aten.constant_pad_nd.default] = Rule(_pad, needs=("pad",), accepts=_numbers_only("value"), compute=False)
+RULES[aten._softmax.default] = _softmax("softmax")
+RULES[aten._log_softmax.default] = _softmax("log_softmax")
+RULES[aten.native_layer_norm.default] = Rule(_layer_norm, needs=("layer_norm", "mean", "sub", "mul", "add",
+                                                                  "rsqrt"))
+F64_SCALAR_OPS = (aten._to_copy.default, prims.convert_element_type.default)
+# ops torch can decompose for us when pypto lacks them (see dynamo.decompositions)
+DECOMPOSABLE = (aten._softmax.default, aten._log_softmax.default, aten.native_layer_norm.default,
+                aten.addmm.default, aten.var.correction)
+
+
+# ---------------------------------------------------------------- support
+def bind_arguments(target, args, kwargs) -> dict:
+    """A call's arguments by schema name ('self' renamed 'input'), defaults filled in."""
+    if target is operator.getitem:
+        return {"input": args[0], "index": args[1]}
+    out = {}
+    for i, a in enumerate(target._schema.arguments):
+        name = "input" if a.name == "self" else a.name
+        if i < len(args) and not a.kwarg_only:
+            out[name] = args[i]
+        elif a.name in kwargs:
+            out[name] = kwargs[a.name]
+        elif a.has_default_value():
+            out[name] = a.default_value
+    return out
+
+
+def _tensor_vals(v):
+    if isinstance(v, torch.Tensor):
+        yield v
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            yield from _tensor_vals(x)
+
+
+def unsupported_reason(node: torch.fx.Node) -> str | None:
+    """Why pypto cannot take this node (None when it can)."""
+    if node.op != "call_function":
+        return f"{node.op} node"
+    rule = RULES.get(node.target)
+    if rule is None:
+        return f"no pypto rule for {node.target}"
+    missing = rule.missing()
+    if missing:
+        return f"{node.target} needs pypto.{', pypto.'.join(missing)}, not available yet"
+    vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+    if vals[0] is None:
+        return "no FakeTensor metadata"
+    for v in vals:
+        if isinstance(v, (torch.SymFloat, torch.SymBool)):
+            return f"symbolic {type(v).__name__} value"
+        for t in _tensor_vals(v):
+            if t.device.type != "cpu":
+                return f"tensor on {t.device}"
+            if is_f64_scalar(t) and node.target in F64_SCALAR_OPS:
+                continue
+            if t.layout != torch.strided or t.dtype not in dtypes._BY_TORCH:
+                return f"{t.dtype}/{t.layout} tensor"
+    if rule.accepts is not None:
+        a = bind_arguments(node.target, node.args, node.kwargs)
+        first = next(iter(_tensor_vals(node.args[0].meta.get("val")))) if node.args and isinstance(
+            node.args[0], torch.fx.Node) and isinstance(node.args[0].meta.get("val"), torch.Tensor) else None
+        a["_dtype"] = first.dtype if first is not None else None
+        return rule.accepts(a)
+    return None
+
+
+def is_compute(node: torch.fx.Node) -> bool:
+    rule = RULES.get(node.target) if node.op == "call_function" else None
+    return rule is not None and rule.compute
