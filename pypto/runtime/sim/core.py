@@ -429,57 +429,52 @@ class CoreRun:
         p = cop.pipe
         vcp = self.vc[p]
         base = self.base
-        w_pipe, w_clk, owner, atoms = self.w_pipe, self.w_clk, self.owner, self.atoms
-        for t in cop.reads:
-            for a in atoms[t]:
-                o = owner[a]
-                if o is not None and o != t and o not in self.row_views[t]:
-                    self._clobbered(cop, t, a)
-                wp = w_pipe[a]
-                if wp >= 0 and wp != p and vcp[base + wp] < w_clk[a]:
-                    self._race(cop, t, a, "reads", self.w_op[a], "wrote")
-                self.r_clk[a][p] = vcp[base + p]
-                self.r_op[a][p] = cop
-        if not cop.writes:
+        w_pipe, w_clk, owner, r_clk = self.w_pipe, self.w_clk, self.owner, self.r_clk
+        clk = vcp[base + p]
+        for t, a in cop.read_atoms:
+            o = owner[a]
+            if o is not None and o != t and o not in self.row_views[t]:
+                self._clobbered(cop, t, a)
+            wp = w_pipe[a]
+            if wp >= 0 and wp != p and vcp[base + wp] < w_clk[a]:
+                self._race(cop, t, a, "reads", self.w_op[a], "wrote")
+            r_clk[a][p] = clk
+            self.r_op[a][p] = cop
+        if not cop.write_atoms:
             return
         mine = vcp[base:base + NPIPES]
-        clk = mine[p]
-        for t in cop.writes:
-            for a in atoms[t]:
-                wp = w_pipe[a]
-                if wp >= 0 and wp != p and mine[wp] < w_clk[a]:
-                    self._race(cop, t, a, "writes", self.w_op[a], "wrote")
-                rc = self.r_clk[a]
-                # a read this pipe's clock does not cover (this pipe's own reads always are covered)
-                if any(map(gt, rc, mine)):
-                    other = next(q for q in range(NPIPES) if rc[q] > mine[q])
-                    self._race(cop, t, a, "writes", self.r_op[a][other], "read")
-                w_pipe[a] = p
-                w_clk[a] = clk
-                self.w_op[a] = cop
-                self.r_clk[a] = [0] * NPIPES
-                owner[a] = t
+        for t, a in cop.write_atoms:
+            wp = w_pipe[a]
+            if wp >= 0 and wp != p and mine[wp] < w_clk[a]:
+                self._race(cop, t, a, "writes", self.w_op[a], "wrote")
+            rc = r_clk[a]
+            # a read this pipe's clock does not cover (this pipe's own reads always are covered)
+            if any(map(gt, rc, mine)):
+                other = next(q for q in range(NPIPES) if rc[q] > mine[q])
+                self._race(cop, t, a, "writes", self.r_op[a][other], "read")
+            w_pipe[a] = p
+            w_clk[a] = clk
+            self.w_op[a] = cop
+            r_clk[a] = [0] * NPIPES
+            owner[a] = t
 
     def gm_check(self, cop, vals):
         """GM races inside one launch instance (e.g. a store and a later load of the same region by another
         pipe or core with no flag chain between them). Regions are kept per (buffer, shape) in buckets of rows."""
+        write = cop.region == "store"
+        loc = self.gm_names[cop.gm_param]
+        if not write and loc not in self.gm_written:
+            if self.declared is not None:               # nothing here writes it: only the declared-region check
+                self._check_declared(cop, False, *self._gm_box(cop, vals))
+            return
         p = cop.pipe
         actor = self.base + p
         vcp = self.vc[p]
-        n = 2 * cop.n_tiles
-        rank = cop.gm_rank
-        rows, cols = (vals[1], vals[0]) if cop.trans else (vals[0], vals[1])
-        offs = vals[n:n + rank]
-        if rank == 1:
-            lead, r0, c0 = (), 0, offs[0]
-        else:
-            lead, r0, c0 = tuple(offs[:-2]), offs[-2], offs[-1]
-        box = (r0, r0 + rows, c0, c0 + cols)
-        key = (self.gm_names[cop.gm_param], lead)
+        lead, box = self._gm_box(cop, vals)
+        key = (loc, lead)
         recs = self.gm_records.get(key)
         if recs is None:
             recs = self.gm_records[key] = {}
-        write = cop.region == "store"
         b0, b1 = box[0] // GM_BUCKET_ROWS, (box[1] - 1) // GM_BUCKET_ROWS + 1
         for b in range(b0, b1):
             bucket = recs.get(b)
@@ -508,6 +503,16 @@ class CoreRun:
                 lst[-1] = entry                     # the same pipe re-reading the same box: keep the latest
             else:
                 lst.append(entry)
+
+    @staticmethod
+    def _gm_box(cop, vals):
+        """(leading offsets, (r0, r1, c0, c1)) of an instruction's GM box."""
+        n, rank = 2 * cop.n_tiles, cop.gm_rank
+        rows, cols = (vals[1], vals[0]) if cop.trans else (vals[0], vals[1])
+        offs = vals[n:n + rank]
+        if rank == 1:
+            return (), (0, 1, offs[0], offs[0] + cols)
+        return tuple(offs[:-2]), (offs[-2], offs[-2] + rows, offs[-1], offs[-1] + cols)
 
     def _check_declared(self, cop, write, lead, box):
         """The task's GM access must lie in a region it declares: the scheduler orders tasks by those."""

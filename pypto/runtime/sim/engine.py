@@ -67,10 +67,13 @@ class Unit:
         self.state, self.parts, self.t0 = state, parts, t0
         runs = []
         gm_records: dict = {}
+        # GM locations some block of this launch writes: reads of anything else cannot race within it
+        written = {gm_names[p] for _, cb, _ in parts for p in cb.stored_params}
         for slot, (core, cb, sub) in enumerate(parts):
             r = CoreRun(state, core, cb, _launch_env(env, block_idx, block_num, sub), gm, t0,
                         state.functional, state.check, slot, len(parts), gm_records)
             r.gm_names = gm_names
+            r.gm_written = written
             r.sub = sub
             runs.append(r)
         if len(runs) > 1 and runs[0].cb.core == CoreType.AIC:

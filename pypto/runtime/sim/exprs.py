@@ -4,6 +4,7 @@ symbols become local variables (``ident``)."""
 from __future__ import annotations
 
 import keyword
+import math
 import re
 
 import sympy
@@ -73,6 +74,8 @@ def to_source(value) -> str:
     """Python source of a scalar (int, float, bool or sympy expression)."""
     if isinstance(value, bool):
         return repr(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"float({str(value)!r})"           # repr(-inf) is not Python source
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, sympy.Basic):

@@ -49,7 +49,8 @@ class COp:
     __slots__ = ("kind", "pipe", "pipe_enum", "op", "stmt", "loc", "block", "text", "index",
                  "tiles", "reads", "writes", "region", "attrs", "sem", "gm_param", "gm_rank", "gm_itemsize",
                  "n_tiles", "scalar_at", "trans", "measure", "static", "dynamic_valid",
-                 "key", "other", "event", "flag", "is_gm", "kind_name", "fits", "gm_fits", "mcache", "nvalid")
+                 "key", "other", "event", "flag", "is_gm", "kind_name", "fits", "gm_fits", "mcache", "nvalid",
+                 "read_atoms", "write_atoms")
 
     def __init__(self, kind, stmt, block, text):
         self.kind, self.stmt, self.block, self.text = kind, stmt, block, text
@@ -102,6 +103,11 @@ class CompiledBlock:
         self.gm_params = {g.name: g for g in block.gm_params}
         self.walk = self._generate()
         self.atoms, self.atom_span = self._atoms()
+        for op in self.ops:                 # the atoms each instruction reads and writes, flattened
+            if op.kind == INSTR:
+                op.read_atoms = tuple((t, a) for t in op.reads for a in self.atoms[t])
+                op.write_atoms = tuple((t, a) for t in op.writes for a in self.atoms[t])
+        self.stored_params = frozenset(op.gm_param for op in self.ops if op.kind == INSTR and op.region == "store")
         self.row_views = self._row_views()
         self.spaces = sorted({t.space for t in self.tile_list}, key=str)
 
