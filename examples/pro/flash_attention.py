@@ -21,16 +21,23 @@ HALF = MQ // 2             # query rows per vector core
 NEG = -1.0e30
 
 
+# HANDOFF: the dtype of S and of P V in the GM workspace. fp16 halves the cube <-> vector traffic
+# (the vectors widen to fp32 before the softmax / the accumulation); fp32 keeps every bit.
+KEY = pl.TilingKey(HANDOFF=("fp32", "fp16"))
+
+
 def attention_body(q, k, v, o):
     bh, seq, d = q.shape
     scale = 1.0 / math.sqrt(d)
     f16, f32 = pl.DT_FP16, pl.DT_FP32
+    narrow = pl.get_tiling_key().HANDOFF == "fp16"
+    hd = f16 if narrow else f32
     mat, left, right, acc, vec, gm = (pl.MemorySpace.Mat, pl.MemorySpace.Left, pl.MemorySpace.Right,
                                        pl.MemorySpace.Acc, pl.MemorySpace.Vec, pl.MemorySpace.GM)
     # cube <-> vector handoff through GM workspace slots (per cluster)
-    s_ws = pl.make_tile_group(pl.TileType([MQ, NK], f32, gm), depth=2)
+    s_ws = pl.make_tile_group(pl.TileType([MQ, NK], hd, gm), depth=2)
     p_ws = pl.make_tile_group(pl.TileType([MQ, NK], f16, gm), depth=2)
-    pv_ws = pl.make_tile_group(pl.TileType([MQ, d], f32, gm), depth=2)
+    pv_ws = pl.make_tile_group(pl.TileType([MQ, d], hd, gm), depth=2)
     # cube buffers: L1 (Mat), L0A (Left), L0B (Right), L0C (Acc)
     q_l1 = pl.make_tile(pl.TileType([MQ, d], f16, mat), addr=0x00000)
     kt_l1 = pl.make_tile_group(pl.TileType([d, NK], f16, mat), addrs=0x08000, depth=2)
@@ -43,7 +50,12 @@ def attention_body(q, k, v, o):
     s_acc = pl.make_tile(pl.TileType([MQ, NK], f32, acc), addr=0x00000)
     o_acc = pl.make_tile(pl.TileType([MQ, d], f32, acc), addr=0x10000)
     # vector buffers (UB), per vector core: HALF query rows
-    s_ub = pl.make_tile_group(pl.TileType([HALF, NK], f32, vec), addrs=0x00000, depth=2)
+    if narrow:      # fp16 S double buffered for the loads, one fp32 working copy
+        s_in = pl.make_tile_group(pl.TileType([HALF, NK], f16, vec), addrs=0x00000, depth=2)
+        s_ub = pl.make_tile_group(pl.TileType([HALF, NK], f32, vec), addrs=0x08000, depth=1)
+        pv_in = pl.make_tile(pl.TileType([HALF, d], f16, vec), addr=0x28000)   # shares out_ub's bytes
+    else:
+        s_in = s_ub = pl.make_tile_group(pl.TileType([HALF, NK], f32, vec), addrs=0x00000, depth=2)
     p_ub = pl.make_tile_group(pl.TileType([HALF, NK], f16, vec), addrs=0x10000, depth=2)
     pv_ub = pl.make_tile(pl.TileType([HALF, d], f32, vec), addr=0x18000)
     acc_ub = pl.make_tile(pl.TileType([HALF, d], f32, vec), addr=0x20000)
@@ -89,7 +101,12 @@ def attention_body(q, k, v, o):
             for j in pl.range(0, kv_blocks):
                 with pl.stage(0):                       # online softmax of S_j -> P_j
                     s = s_ub.next()
-                    pl.load(s, s_ws.next(), [row0, 0])
+                    if narrow:
+                        s16 = s_in.next()
+                        pl.load(s16, s_ws.next(), [row0, 0])
+                        pl.cast(s, s16)
+                    else:
+                        pl.load(s, s_ws.next(), [row0, 0])
                     m_new = m_ub.next()
                     m_old = m_ub.previous()
                     alpha = alpha_ub.next()
@@ -107,7 +124,11 @@ def attention_body(q, k, v, o):
                     pl.cast(p, s)
                     pl.store(p_ws.next(), p, [row0, 0])
                 with pl.stage(1):                       # acc = acc * alpha_j + P_j V_j
-                    pl.load(pv_ub, pv_ws.next(), [row0, 0])
+                    if narrow:
+                        pl.load(pv_in, pv_ws.next(), [row0, 0])
+                        pl.cast(pv_ub, pv_in)
+                    else:
+                        pl.load(pv_ub, pv_ws.next(), [row0, 0])
                     pl.row_expand_mul(acc_ub, acc_ub, alpha_ub.current())
                     pl.add(acc_ub, acc_ub, pv_ub)
             pl.row_expand_div(acc_ub, acc_ub, l_ub)
@@ -115,8 +136,8 @@ def attention_body(q, k, v, o):
             pl.store(o, out_ub, [h, q0 + row0, 0])
 
 
-flash_attention = pl.jit(attention_body, name="flash_attention")
-flash_attention_pipelined = pl.jit(attention_body, name="flash_attention_pipelined",
+flash_attention = pl.jit(attention_body, name="flash_attention", tiling_key=KEY)
+flash_attention_pipelined = pl.jit(attention_body, name="flash_attention_pipelined", tiling_key=KEY,
                                    pipeline=pl.PipelineConfig(preload=1))
 
 
@@ -125,15 +146,15 @@ def reference(q, k, v):
     return (torch.softmax(s, dim=-1) @ v.float()).to(q.dtype)
 
 
-def main(bh=2, seq=512, d=128, pipelined=True, backend=None, block_dim=4, timing_only=False):
+def main(bh=2, seq=512, d=128, pipelined=True, backend=None, block_dim=4, timing_only=False, handoff="fp32"):
     torch.manual_seed(0)
     q, k, v = (torch.randn(bh, seq, d, dtype=torch.float16) for _ in range(3))
     o = torch.zeros_like(q)
     kernel = flash_attention_pipelined if pipelined else flash_attention
     if backend is not None or timing_only:
         kernel = pl.jit(attention_body, name=kernel.name, pipeline=kernel.pipeline, backend=backend,
-                        timing_only=timing_only)
-    report = kernel[None, block_dim](q, k, v, o)
+                        timing_only=timing_only, tiling_key=KEY)
+    report = kernel[None, block_dim, {"HANDOFF": handoff}](q, k, v, o)
     if not timing_only:
         torch.testing.assert_close(o, reference(q, k, v), rtol=2e-2, atol=2e-3)
     return report

@@ -299,8 +299,8 @@ class Parser:
         pass
 
     def _stmt_Assign(self, node, frame):
-        single = node.targets[0] if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) else None
-        self.name_hint = single.id if single is not None else None
+        named = [t for t in node.targets if isinstance(t, ast.Name)]
+        self.name_hint = named[0].id if named else None
         try:
             value = self.ev(node.value, frame)
         finally:
@@ -524,6 +524,8 @@ class Parser:
         finally:
             frame.env = saved
         return out
+
+    _ev_GeneratorExp = _ev_ListComp
 
     def _truth(self, v, node, frame):
         v = norm(v)

@@ -154,6 +154,7 @@ def pipelined_loop(parser, node, frame, bounds, var) -> bool:
         stages.append(stmt.body)
     if len(stages) < 2:
         return False
+    stages = [_fold_static_ifs(parser, st, frame) for st in stages]
     for s in preamble:
         if _group_calls(parser, [s], frame, set()):
             raise ParseError("the statements before the first stage are repeated for every stage; they must "
@@ -304,6 +305,24 @@ def _static_schedule(n, delay, period, n_stages, n_pre, stage_instance, j_at, pl
     for t in range(max(delay, delay + whole), n + delay):
         stmts.extend(step(t))
     return stmts
+
+
+def _fold_static_ifs(parser, stmts, frame) -> list:
+    """`if` statements of a stage whose condition is known at compile time are replaced by the taken
+    branch, so the tile-group calls inside them count as the stage's own."""
+    out = []
+    for st in stmts:
+        if isinstance(st, ast.If):
+            try:
+                cond = parser.ev(st.test, frame)
+            except ParseError:
+                cond = None
+            from .parser import is_runtime
+            if cond is not None and not is_runtime(cond):
+                out.extend(_fold_static_ifs(parser, st.body if cond else st.orelse, frame))
+                continue
+        out.append(st)
+    return out
 
 
 def _copy_with_ids(stmt):
