@@ -3,6 +3,7 @@ touches sympy: floor/ceiling of a quotient become integer ``//``, Min/Max become
 symbols become local variables (``ident``)."""
 from __future__ import annotations
 
+import functools
 import keyword
 import math
 import re
@@ -81,10 +82,15 @@ def to_source(value) -> str:
     if isinstance(value, sympy.Basic):
         if value.is_Integer:
             return str(int(value))
-        return _PRINTER.doprint(value)
+        return _source_of(value)
     if hasattr(value, "__index__"):
         return str(int(value))
     raise SimError(f"not a scalar expression: {value!r}")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _source_of(value) -> str:
+    return _PRINTER.doprint(value)      # printing is slow and programs repeat their expressions
 
 
 def free_names(values) -> set[str]:

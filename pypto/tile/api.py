@@ -1,0 +1,532 @@
+"""The Tile-level API (``pt.*``): tiles are values; every function records one op (or a few) in the
+kernel being traced and checks shapes, dtypes and capacities at the user's line.
+
+Broadcasting follows the tile shapes: [R, C] with [R, 1] is a row-expand op, [R, C] with [1, C] a
+column-expand op; anything else must match exactly. Mixed dtypes promote (torch rules) with an explicit
+cast; elementwise math on fp16/bf16 computes in fp32 and rounds once per op, as the hardware does.
+"""
+from __future__ import annotations
+
+import math
+
+import sympy
+
+from .. import dtypes
+from ..dtypes import DataType
+from ..errors import DTypeError, ShapeError, TilingError, TypeMismatchError, user_location
+from . import trace
+from .ir import Value
+from .optable import COMPARES
+from .views import TileGrid, TileView
+
+F32 = dtypes.float32
+_HALF = (dtypes.float16, dtypes.bfloat16)
+_CUBE_IN = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.int8)
+
+
+def _is_scalar(x) -> bool:
+    return isinstance(x, (int, float, sympy.Expr)) and not isinstance(x, bool)
+
+
+class Tile:
+    """A tile value in a kernel. Operators and methods record tile ops; ``+=`` and friends update the
+    tile in place (the same Python object then holds the new value)."""
+
+    __slots__ = ("_v", "__weakref__")
+    __hash__ = object.__hash__
+
+    def __init__(self, value: Value):
+        self._v = value
+
+    # ---- metadata
+    @property
+    def shape(self) -> tuple:
+        return self._v.shape
+
+    @property
+    def dtype(self) -> DataType:
+        return self._v.dtype
+
+    @property
+    def valid_shape(self) -> tuple:
+        return self._v.valid
+
+    @property
+    def T(self) -> "Tile":
+        return transpose(self)
+
+    def __repr__(self) -> str:
+        return f"pt.Tile({self._v!r}, valid={list(self._v.valid)})"
+
+    def __bool__(self):
+        raise TypeMismatchError("a tile has no truth value while tracing: use pt.where(mask, a, b) for "
+                                "data-dependent choices")
+
+    # ---- arithmetic
+    def __add__(self, o): return add(self, o)
+    def __radd__(self, o): return add(o, self)
+    def __sub__(self, o): return sub(self, o)
+    def __rsub__(self, o): return sub(o, self)
+    def __mul__(self, o): return mul(self, o)
+    def __rmul__(self, o): return mul(o, self)
+    def __truediv__(self, o): return div(self, o)
+    def __rtruediv__(self, o): return div(o, self)
+    def __pow__(self, o): return pow(self, o)
+    def __rpow__(self, o): return pow(o, self)
+    def __neg__(self): return neg(self)
+    def __abs__(self): return abs(self)
+    def __lt__(self, o): return compare(self, o, "lt")
+    def __le__(self, o): return compare(self, o, "le")
+    def __gt__(self, o): return compare(self, o, "gt")
+    def __ge__(self, o): return compare(self, o, "ge")
+    def __eq__(self, o): return compare(self, o, "eq")
+    def __ne__(self, o): return compare(self, o, "ne")
+
+    def _update(self, t: "Tile") -> "Tile":
+        self._v = t._v
+        return self
+
+    def __iadd__(self, o): return self._update(add(self, o))
+    def __isub__(self, o): return self._update(sub(self, o))
+    def __imul__(self, o): return self._update(mul(self, o))
+    def __itruediv__(self, o): return self._update(div(self, o))
+
+    # ---- methods
+    def exp(self): return exp(self)
+    def log(self): return log(self)
+    def sqrt(self): return sqrt(self)
+    def rsqrt(self): return rsqrt(self)
+    def abs(self): return abs(self)
+    def to(self, dtype): return cast(self, dtype)
+    def float(self): return cast(self, F32)
+    def half(self): return cast(self, dtypes.float16)
+    def transpose(self): return transpose(self)
+    def sum(self, dim: int = -1): return _reduce_dim("sum", self, dim)
+    def max(self, dim: int = -1): return _reduce_dim("max", self, dim)
+    def min(self, dim: int = -1): return _reduce_dim("min", self, dim)
+
+
+# ------------------------------------------------------------------ helpers
+def _tile(x, fn: str, what: str = "tile") -> Tile:
+    if not isinstance(x, Tile):
+        hint = "load it first: pt.load(view)" if isinstance(x, (TileView, TileGrid)) else None
+        raise TypeMismatchError(f"pt.{fn}: expected a tile for {what}, found {type(x).__name__}", hint=hint)
+    return x
+
+
+def _val(t: Tile, loc=None) -> Value:
+    trace.current().check_scope(t._v, loc or user_location())
+    return t._v
+
+
+def _emit(op, args, attrs=None, out=None, hint=None) -> Tile | None:
+    v = trace.current().emit(op, args, attrs, out, hint=hint)
+    return Tile(v) if v is not None else None
+
+
+def _out(t: Value, dtype=None, shape=None, valid=None):
+    return (shape or t.shape, dtype or t.dtype, valid or t.valid)
+
+
+def _fmt(t: Tile) -> str:
+    return f"{t.dtype}[{t.shape[0]}, {t.shape[1]}]"
+
+
+def _capacity(key: str) -> int:
+    return trace.current().machine.capacity[key]
+
+
+def _check_fits(shape, dtype: DataType, space: str, what: str) -> None:
+    nbytes = shape[0] * shape[1] * dtype.itemsize
+    cap = _capacity(space)
+    if nbytes > cap:
+        raise TilingError(f"{what}: a {dtype}[{shape[0]}, {shape[1]}] tile needs {nbytes} bytes, over the "
+                          f"{cap}-byte {space} of a core", hint="pick smaller tile shapes")
+
+
+# ------------------------------------------------------------------ GM <-> tiles
+def load(view) -> Tile:
+    """The tile a view names, read from GM (only its valid part)."""
+    if isinstance(view, TileGrid):
+        raise TypeMismatchError("pt.load: expected one tile view, found a grid of tiles",
+                                hint="index the grid with tile coordinates: X.tile((BM, BN))[i, j]")
+    if not isinstance(view, TileView):
+        raise TypeMismatchError(f"pt.load: expected a tile view (X.tile((rows, cols))[i, j]), found "
+                                f"{type(view).__name__}")
+    _check_fits(view.shape, view.dtype, "UB", "pt.load")
+    return _emit("load", [view.region()], out=(view.shape, view.dtype, view.valid), hint=view.tensor)
+
+
+def store(view, tile: Tile) -> None:
+    """Write the tile into the view (its valid part; the tile is cast to the tensor's dtype if needed)."""
+    if not isinstance(view, TileView):
+        raise TypeMismatchError(f"pt.store: expected a tile view as destination, found {type(view).__name__}")
+    tile = _tile(tile, "store", "the value")
+    v = _val(tile)
+    if tuple(v.shape) != tuple(view.shape):
+        raise ShapeError(f"pt.store: a {_fmt(tile)} tile into a [{view.shape[0]}, {view.shape[1]}] view of "
+                         f"{view.tensor}: the shapes differ")
+    if not _same_valid(v.valid, view.valid):
+        tile = _emit("copy", [v], out=_out(v, valid=view.valid), hint="st")
+        v = tile._v
+    trace.current().emit("store", [view.region(), v])
+
+
+def _same_valid(a, b) -> bool:
+    """Structurally equal valid shapes (the views of one tile grid build them alike); anything else
+    gets a copy that prepare.py folds into the producing op when it can."""
+    return all(x == y or sympy.sympify(x) == sympy.sympify(y) for x, y in zip(a, b))
+
+
+# ------------------------------------------------------------------ matmul
+def matmul(a: Tile, b: Tile, *, trans_a: bool = False, trans_b: bool = False, out_dtype=None,
+           acc: Tile | None = None) -> Tile:
+    """a @ b on the cube (fp32 accumulation; ``out_dtype`` is the result's dtype, fp32 by default). ``acc``
+    adds the product into an accumulator (``acc + a @ b``, kept in the cube's L0C across a loop)."""
+    a, b = _tile(a, "matmul", "a"), _tile(b, "matmul", "b")
+    if trans_a:
+        a = transpose(a)
+    if trans_b:
+        b = transpose(b)
+    va, vb = _val(a), _val(b)
+    if va.dtype not in _CUBE_IN or vb.dtype not in _CUBE_IN:
+        raise DTypeError(f"pt.matmul: the cube multiplies fp16, bf16, fp32 or int8 tiles, found "
+                         f"{va.dtype} @ {vb.dtype}")
+    if va.dtype != vb.dtype:
+        raise DTypeError(f"pt.matmul: operands must share a dtype, found {va.dtype} @ {vb.dtype}",
+                         hint="pt.cast one of them")
+    if va.shape[1] != vb.shape[0]:
+        raise ShapeError(f"pt.matmul: incompatible tiles {_fmt(a)} @ {_fmt(b)}: a has {va.shape[1]} columns, "
+                         f"b has {vb.shape[0]} rows")
+    acc_dt = dtypes.int32 if va.dtype == dtypes.int8 else F32
+    out_dtype = dtypes.to_dtype(out_dtype) if out_dtype is not None else acc_dt
+    shape = (va.shape[0], vb.shape[1])
+    _check_fits(va.shape, va.dtype, "L0A", "pt.matmul (left operand in L0A)")
+    _check_fits(vb.shape, vb.dtype, "L0B", "pt.matmul (right operand in L0B)")
+    _check_fits(shape, acc_dt, "L0C", "pt.matmul (accumulator in L0C)")
+    args = [va, vb]
+    if acc is not None:
+        acc = _tile(acc, "matmul", "acc")
+        vc = _val(acc)
+        if tuple(vc.shape) != shape or vc.dtype != acc_dt:
+            raise ShapeError(f"pt.matmul: acc must be a {acc_dt}[{shape[0]}, {shape[1]}] tile, found {_fmt(acc)}")
+        if out_dtype != acc_dt:
+            raise DTypeError(f"pt.matmul: with acc the result is the {acc_dt} accumulator (out_dtype={out_dtype})")
+        args.append(vc)
+    valid = (va.valid[0], vb.valid[1])
+    return _emit("matmul", args, {"acc_dtype": acc_dt}, (shape, out_dtype, valid), hint="mm")
+
+
+def _accumulable(v: Value) -> bool:
+    """A value the cube can accumulate a product into: zeros, or a matmul result."""
+    op = v.op
+    if op is None:
+        return False
+    if op.op == "matmul":
+        return op.out.dtype == op.attrs["acc_dtype"]
+    return op.op == "full" and op.args[0] == 0
+
+
+def _fresh_product(v: Value) -> bool:
+    op = v.op
+    return op is not None and op.op == "matmul" and len(op.args) == 2 and v.dtype == op.attrs["acc_dtype"]
+
+
+# ------------------------------------------------------------------ elementwise
+_SCALAR_OPS = {"add": ("adds", "adds"), "sub": ("subs", "rsubs"), "mul": ("muls", "muls"),
+               "div": ("divs", "rdivs"), "maximum": ("maxs", "maxs"), "minimum": ("mins", "mins"),
+               "pow": ("pows", "rpows")}
+
+
+def _binary(name: str, a, b) -> Tile:
+    ta, tb = isinstance(a, Tile), isinstance(b, Tile)
+    if not ta and not tb:
+        raise TypeMismatchError(f"pt.{name}: expected at least one tile, found {type(a).__name__} and "
+                                f"{type(b).__name__}")
+    if ta != tb:
+        t, s = (a, b) if ta else (b, a)
+        if not _is_scalar(s):
+            raise TypeMismatchError(f"pt.{name}: expected a tile or a number, found {type(s).__name__}")
+        v = _val(t)
+        op = _SCALAR_OPS[name][0 if ta else 1]
+        dtype = dtypes.promote_scalar(v.dtype, s) if isinstance(s, (int, float)) else v.dtype
+        if dtype != v.dtype:
+            v = _val(cast(t, dtype))
+        return _emit(op, [v, s], out=_out(v))
+    va, vb = _val(a), _val(b)
+    if name == "add" and va.shape == vb.shape:         # acc + a @ b: accumulate on the cube
+        for x, y in ((va, vb), (vb, va)):
+            if _fresh_product(y) and _accumulable(x) and x.dtype == y.dtype:
+                pa, pb = y.op.args
+                return _emit("matmul", [pa, pb, x], dict(y.op.attrs), _out(y), hint="mm")
+    if va.dtype != vb.dtype:
+        dt = dtypes.promote(va.dtype, vb.dtype)
+        if va.dtype != dt:
+            va = _val(cast(a, dt))
+        if vb.dtype != dt:
+            vb = _val(cast(b, dt))
+    (r1, c1), (r2, c2) = va.shape, vb.shape
+    if (r1, c1) == (r2, c2):
+        return _emit(name, [va, vb], out=_out(va))
+    if r1 == r2 and c2 == 1:
+        return _emit(f"{name}_row", [va, vb], out=_out(va))
+    if c1 == c2 and r2 == 1:
+        return _emit(f"{name}_col", [va, vb], out=_out(va))
+    if r1 == r2 and c1 == 1 or c1 == c2 and r1 == 1:     # the broadcast one first
+        big = Tile(vb)
+        if name in ("add", "mul", "maximum", "minimum"):
+            return _binary(name, big, Tile(va))
+        return _binary(name, broadcast_to(Tile(va), vb.shape, valid=vb.valid), big)
+    if c1 == 1 and r2 == 1:                             # [R, 1] op [1, C]
+        shape = (r1, c2)
+        valid = (va.valid[0], vb.valid[1])
+        return _binary(name, broadcast_to(Tile(va), shape, valid=valid), Tile(vb))
+    if r1 == 1 and c2 == 1:
+        return _binary(name, Tile(vb), Tile(va)) if name in ("add", "mul", "maximum", "minimum") else \
+            _binary(name, broadcast_to(Tile(va), (r2, c1), valid=(vb.valid[0], va.valid[1])), Tile(vb))
+    raise ShapeError(f"pt.{name}: tiles {_fmt(a)} and {_fmt(b)} do not broadcast "
+                     "(same shape, or one of them [R, 1] / [1, C])")
+
+
+def add(a, b): return _binary("add", a, b)
+def sub(a, b): return _binary("sub", a, b)
+def mul(a, b): return _binary("mul", a, b)
+def div(a, b): return _binary("div", a, b)
+def maximum(a, b): return _binary("maximum", a, b)
+def minimum(a, b): return _binary("minimum", a, b)
+def pow(a, b): return _binary("pow", a, b)     # noqa: A001
+
+
+def _unary(name: str):
+    def fn(x: Tile) -> Tile:
+        v = _val(_tile(x, name))
+        if not v.dtype.is_floating and name not in ("abs", "neg", "relu"):
+            raise DTypeError(f"pt.{name}: expected a floating tile, found {v.dtype}")
+        return _emit(name, [v], out=_out(v))
+    fn.__name__ = name
+    fn.__doc__ = f"Elementwise {name} of a tile."
+    return fn
+
+
+exp, log, sqrt, rsqrt, abs, neg, relu = (_unary(n) for n in ("exp", "log", "sqrt", "rsqrt", "abs", "neg", "relu"))
+tanh, sigmoid, erf, sin, cos = (_unary(n) for n in ("tanh", "sigmoid", "erf", "sin", "cos"))
+log1p, expm1, floor, ceil = (_unary(n) for n in ("log1p", "expm1", "floor", "ceil"))
+reciprocal = _unary("recip")
+
+
+def cast(x: Tile, dtype, *, round: str | None = None) -> Tile:    # noqa: A002
+    """The tile converted to ``dtype`` (round-to-nearest-even; ``round`` for float -> int)."""
+    v = _val(_tile(x, "cast"))
+    dtype = dtypes.to_dtype(dtype)
+    if dtype == v.dtype:
+        return x
+    return _emit("cast", [v], {"round": round} if round else {}, _out(v, dtype=dtype))
+
+
+def copy(x: Tile) -> Tile:
+    v = _val(_tile(x, "copy"))
+    return _emit("copy", [v], out=_out(v))
+
+
+def transpose(x: Tile) -> Tile:
+    v = _val(_tile(x, "transpose"))
+    return _emit("transpose", [v], out=((v.shape[1], v.shape[0]), v.dtype, (v.valid[1], v.valid[0])))
+
+
+def broadcast_to(x: Tile, shape, *, valid=None) -> Tile:
+    """[R, 1] -> [R, C] (row expand) or [1, C] -> [R, C] (column expand)."""
+    v = _val(_tile(x, "broadcast_to"))
+    shape = tuple(shape)
+    if v.shape == shape:
+        return x
+    if v.shape[1] == 1 and v.shape[0] == shape[0]:
+        op, valid = "rowexpand", valid or (v.valid[0], shape[1])
+    elif v.shape[0] == 1 and v.shape[1] == shape[1]:
+        op, valid = "colexpand", valid or (shape[0], v.valid[1])
+    else:
+        raise ShapeError(f"pt.broadcast_to: a {_fmt(x)} tile does not broadcast to {list(shape)}")
+    return _emit(op, [v], out=(shape, v.dtype, valid))
+
+
+# ------------------------------------------------------------------ reductions
+def _reduction(name: str):
+    row = name.startswith("row")
+
+    def fn(x: Tile) -> Tile:
+        v = _val(_tile(x, name))
+        shape = (v.shape[0], 1) if row else (1, v.shape[1])
+        valid = (v.valid[0], 1) if row else (1, v.valid[1])
+        return _emit(name, [v], out=(shape, v.dtype, valid))
+    fn.__name__ = name
+    fn.__doc__ = f"{'Row' if row else 'Column'} {name[3:]} of a tile (over its valid part), accumulated in fp32."
+    return fn
+
+
+rowsum, rowmax, rowmin, colsum, colmax, colmin = (_reduction(n) for n in
+                                                  ("rowsum", "rowmax", "rowmin", "colsum", "colmax", "colmin"))
+
+
+def _reduce_dim(kind: str, x: Tile, dim: int) -> Tile:
+    if dim not in (0, 1, -1, -2):
+        raise ShapeError(f"tile.{kind}(dim={dim}): a tile has dims 0 (rows) and 1 (columns)")
+    row = dim in (1, -1)
+    return {"sum": (rowsum, colsum), "max": (rowmax, colmax), "min": (rowmin, colmin)}[kind][0 if row else 1](x)
+
+
+def sum(x: Tile, dim: int = -1) -> Tile:     # noqa: A001
+    return _reduce_dim("sum", x, dim)
+
+
+def max(x, dim=-1):     # noqa: A001
+    """Row / column max of a tile (``dim``), the elementwise maximum of two tiles / a tile and a number, or
+    the max of two (symbolic) integers."""
+    if not isinstance(x, Tile) and not isinstance(dim, Tile):
+        return sympy.Max(x, dim)
+    if isinstance(dim, Tile) or _is_scalar(dim) and not isinstance(dim, int):
+        return maximum(x, dim)
+    return _reduce_dim("max", x, dim)
+
+
+def min(x, dim=-1):     # noqa: A001
+    """Row / column min of a tile, an elementwise minimum, or the min of two (symbolic) integers."""
+    if not isinstance(x, Tile) and not isinstance(dim, Tile):
+        return sympy.Min(x, dim)
+    if isinstance(dim, Tile) or _is_scalar(dim) and not isinstance(dim, int):
+        return minimum(x, dim)
+    return _reduce_dim("min", x, dim)
+
+
+def mean(x: Tile, dim: int = -1) -> Tile:
+    """Row / column mean over the valid part."""
+    v = _val(_tile(x, "mean"))
+    n = v.valid[1] if dim in (1, -1) else v.valid[0]
+    return div(sum(x, dim), n if not isinstance(n, int) else float(n))
+
+
+# ------------------------------------------------------------------ generators, masks, select
+def _shape2(shape, fn):
+    shape = tuple(shape)
+    if len(shape) != 2 or not all(isinstance(d, int) and d > 0 for d in shape):
+        raise ShapeError(f"pt.{fn}: a tile shape is two positive ints, found {shape}")
+    return shape
+
+
+def full(shape, value, dtype=F32) -> Tile:
+    shape = _shape2(shape, "full")
+    if not _is_scalar(value):
+        raise TypeMismatchError(f"pt.full: the fill value is a number, found {type(value).__name__}")
+    return _emit("full", [value], out=(shape, dtypes.to_dtype(dtype), shape))
+
+
+def zeros(shape, dtype=F32) -> Tile:
+    return full(shape, 0, dtype)
+
+
+def ones(shape, dtype=F32) -> Tile:
+    return full(shape, 1, dtype)
+
+
+def full_like(x: Tile, value) -> Tile:
+    v = _val(_tile(x, "full_like"))
+    return _emit("full", [value], out=_out(v))
+
+
+def zeros_like(x: Tile) -> Tile:
+    return full_like(x, 0)
+
+
+def arange(shape, *, axis: int = 1, start=0, dtype=F32) -> Tile:
+    """dst[r, c] = start + c (axis=1) or start + r (axis=0)."""
+    shape = _shape2(shape, "arange")
+    if axis not in (0, 1):
+        raise ShapeError(f"pt.arange: axis is 0 (rows) or 1 (columns), found {axis}")
+    return _emit("iota", [start], {"axis": axis}, (shape, dtypes.to_dtype(dtype), shape))
+
+
+def tril(shape, diagonal=0) -> Tile:
+    """A bool mask: 1 where c <= r + diagonal (``diagonal`` may be a run-time scalar)."""
+    shape = _shape2(shape, "tril")
+    return _emit("tril", [diagonal], out=(shape, dtypes.bool_, shape))
+
+
+def triu(shape, diagonal=0) -> Tile:
+    shape = _shape2(shape, "triu")
+    return _emit("triu", [diagonal], out=(shape, dtypes.bool_, shape))
+
+
+def causal_mask(shape, row_offset, col_offset) -> Tile:
+    """The causal mask of a tile whose element [r, c] is (query row_offset + r, key col_offset + c):
+    true where the key is not after the query."""
+    return tril(shape, sympy.sympify(row_offset) - col_offset)
+
+
+def compare(a, b, cmp: str) -> Tile:
+    if cmp not in COMPARES:
+        raise TypeMismatchError(f"pt.compare: cmp is one of {', '.join(COMPARES)}, found {cmp!r}")
+    if not isinstance(a, Tile):
+        flip = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+        return compare(b, a, flip[cmp])
+    va = _val(a)
+    if _is_scalar(b):
+        return _emit("cmps", [va, b], {"cmp": cmp}, _out(va, dtype=dtypes.bool_))
+    vb = _val(_tile(b, "compare", "the right operand"))
+    if va.shape != vb.shape:
+        raise ShapeError(f"pt.compare: tiles {_fmt(a)} and {_fmt(Tile(vb))} differ in shape")
+    if va.dtype != vb.dtype:
+        dt = dtypes.promote(va.dtype, vb.dtype)
+        va, vb = _val(cast(a, dt)), _val(cast(Tile(vb), dt))
+    return _emit("cmp", [va, vb], {"cmp": cmp}, _out(va, dtype=dtypes.bool_))
+
+
+def where(mask: Tile, a, b) -> Tile:
+    """mask ? a : b elementwise; ``a`` or ``b`` may be a number."""
+    m = _val(_tile(mask, "where", "the mask"))
+    if m.dtype != dtypes.bool_:
+        raise DTypeError(f"pt.where: the mask must be a bool tile (a comparison or pt.tril), found {m.dtype}")
+    like = a if isinstance(a, Tile) else b if isinstance(b, Tile) else None
+    if like is None:
+        raise TypeMismatchError("pt.where: at least one of a, b must be a tile")
+    lv = _val(like)
+    ta = a if isinstance(a, Tile) else _fill_as(lv, a, m)
+    tb = b if isinstance(b, Tile) else _fill_as(lv, b, m)
+    va, vb = _val(ta), _val(tb)
+    if not (va.shape == vb.shape == m.shape):
+        raise ShapeError(f"pt.where: mask {list(m.shape)}, a {list(va.shape)} and b {list(vb.shape)} must "
+                         "have one shape")
+    if va.dtype != vb.dtype:
+        raise DTypeError(f"pt.where: a and b must share a dtype, found {va.dtype} and {vb.dtype}")
+    return _emit("select", [m, va, vb], out=_out(va))
+
+
+def _fill_as(like: Value, value, mask: Value) -> Tile:
+    if not _is_scalar(value):
+        raise TypeMismatchError(f"pt.where: expected a tile or a number, found {type(value).__name__}")
+    return _emit("full", [value], out=(like.shape, like.dtype, like.valid))
+
+
+# ------------------------------------------------------------------ composites
+def softmax(x: Tile, dim: int = -1) -> Tile:
+    """Softmax along the rows (dim=-1) or columns (dim=0), computed in fp32, in the input's dtype."""
+    t = _tile(x, "softmax")
+    xf = cast(t, F32) if t.dtype in _HALF else t
+    row = dim in (1, -1)
+    m = rowmax(xf) if row else colmax(xf)
+    e = exp(xf - m)
+    s = rowsum(e) if row else colsum(e)
+    return cast(e / s, t.dtype)
+
+
+def gelu(x: Tile, approximate: str = "none") -> Tile:
+    """GELU as torch: exact (erf) or approximate='tanh'."""
+    t = _tile(x, "gelu")
+    if approximate == "tanh":
+        inner = (t + t * t * t * 0.044715) * math.sqrt(2.0 / math.pi)
+        return t * 0.5 * (tanh(inner) + 1.0)
+    if approximate != "none":
+        raise TypeMismatchError(f"pt.gelu: approximate is 'none' or 'tanh', found {approximate!r}")
+    return t * 0.5 * (erf(t * (1.0 / math.sqrt(2.0))) + 1.0)
+
+
+def silu(x: Tile) -> Tile:
+    t = _tile(x, "silu")
+    return t * sigmoid(t)

@@ -1,0 +1,482 @@
+"""Block IR for one side (cube or vector) of a placed tile program.
+
+The kernel body becomes the body of a loop over the grid points a core takes (``t = block_idx,
+block_idx + block_num, ...``; program ids are decoded from ``t``). That loop and every ``pt.range``
+loop are unrolled by two: copies A and B have their own tiles, so the loads of one copy overlap the work
+of the other (double buffering; the second copy runs under ``if`` for an odd count). Loops that wait for
+the other core type are also software-pipelined (skew.py).
+
+Tiles: a value gets one tile per copy that computes it, named ``<value>_<copy path>``, in the space of
+its role (cube: l1 / l0a / l0b / l0c; vector: ub). A loop-carried tile has one *state* tile for the
+whole loop: the op computing the next value writes it in place when nothing reads the old value
+afterwards (else a copy closes the iteration); the initial value is computed straight into it when
+nothing else reads it. Valid shapes are the traced ones with the copy's loop indices substituted; in a
+cluster kernel whose vector work is split by rows, each vector core holds half of the rows.
+"""
+from __future__ import annotations
+
+import sympy
+
+from .. import symbolic as sym
+from ..dtypes import DataType, float32, int32
+from ..errors import CompileError
+from ..ir.block import (BLOCK_IDX, BLOCK_NUM, SUBBLOCK_IDX, Block, CoreType, For, GMParam, GMRegion, If,
+                        TileDecl, instr)
+from ..ir.isa import MemSpace
+from .exprs import smax, smin, subs as fast_subs
+from .ir import KernelProgram, Loop, Value
+from .items import Item, carry_side, side_items
+from .optable import OPS
+from .placement import CUBE, VECTOR, Placement
+
+ROLE_SPACE = {"l1": MemSpace.L1, "l0a": MemSpace.L0A, "l0b": MemSpace.L0B, "l0c": MemSpace.L0C, "ub": MemSpace.UB}
+T = sympy.Symbol("t", integer=True, nonnegative=True)
+
+
+class Scope:
+    """Tile names of one copy of a statement list (a chain: lookups go outwards)."""
+
+    def __init__(self, parent, suffix: str, region: str, slot: int, home=None, crossing=frozenset()):
+        self.parent, self.suffix, self.region, self.slot = parent, suffix, region, slot
+        self.home, self.crossing = home, crossing
+        self.names: dict = {}
+        self.copy_after: dict = {}          # item index -> [(state tile, next value)]: carries not updated in place
+
+    def lookup(self, key):
+        s = self
+        while s is not None:
+            if key in s.names:
+                return s.names[key]
+            s = s.parent
+        return None
+
+
+def acc_dtype(v: Value) -> DataType:
+    return int32 if not v.dtype.is_floating else float32
+
+
+def _sx(e, subs):
+    return fast_subs(e, subs)
+
+
+class SideEmitter:
+    def __init__(self, side: str, program: KernelProgram, pl: Placement, machine, stages: dict):
+        self.side, self.program, self.pl, self.machine = side, program, pl, machine
+        self.core = CoreType.AIC if side == CUBE else CoreType.AIV
+        self.stages = stages                       # id(loop) -> stage list (skewed loops of this side)
+        self.tiles: dict = {}
+        self.regions: dict = {}
+        self.gm: dict = {}
+        self.anchors: dict = {}                    # id(marked instr) -> statement holding it
+        self.items = side_items(program.body, side, pl)
+        self.cluster = pl.kind == "cluster"
+        self.split = pl.split_rows if side == VECTOR and self.cluster else None
+        for p in program.params:
+            self.gm[p.name] = GMParam(p.name, p.dtype, tuple(p.shape))
+
+    # ------------------------------------------------------------------ tiles
+    def _rows(self, v: Value) -> int:
+        if self.split and v.shape[0] == self.split:
+            return self.split // 2
+        return v.shape[0]
+
+    def row_offset(self, v: Value):
+        if self.split and v.shape[0] == self.split:
+            return SUBBLOCK_IDX * (self.split // 2)
+        return 0
+
+    def _valid_rows(self, v: Value, vr):
+        if self.side != VECTOR or not self.cluster:
+            return vr
+        if self.split:
+            if v.shape[0] != self.split:
+                return vr
+            h = self.split // 2
+            return smax(0, smin(h, sympy.sympify(vr) - SUBBLOCK_IDX * h))
+        return smin(vr, v.shape[0] * (1 - SUBBLOCK_IDX))
+
+    def declare(self, name: str, v: Value, role: str, subs: dict, region: str, dtype: DataType | None = None):
+        if name in self.tiles:
+            return name
+        space = ROLE_SPACE[role]
+        dtype = dtype or (acc_dtype(v) if role == "l0c" else v.dtype)
+        if role == "ub":
+            align = self.machine.alignment
+            per = max(1, align // dtype.itemsize)
+            shape = (self._rows(v), -(-v.shape[1] // per) * per)
+        else:
+            shape = tuple(v.shape)
+        valid = tuple(_sx(x, subs) for x in v.valid)
+        if role == "ub":
+            valid = (self._valid_rows(v, valid[0]), valid[1])
+        decl_valid = None if tuple(valid) == tuple(shape) else valid
+        self.tiles[name] = TileDecl(name, space, dtype, shape, None, decl_valid)
+        self.regions[name] = region
+        return name
+
+    def name_of(self, v: Value, role: str, scope: Scope) -> str:
+        n = scope.lookup((id(v), role))
+        if n is None:
+            raise CompileError(f"internal: tile %{v.name} ({role}) used on the {self.side} side before it is "
+                               "defined there", loc=v.op.loc if v.op else None)
+        return n
+
+    def define(self, v: Value, role: str, scope: Scope, subs: dict, dtype=None) -> str:
+        n = scope.lookup((id(v), role))
+        if n is not None and n in self.tiles:
+            return n
+        home = scope.home if (scope.home is not None and id(v) in scope.crossing) else scope
+        name = f"{v.hint}{v.id}{'' if role == 'ub' else '_' + role}{('_' + home.suffix) if home.suffix else ''}"
+        home.names[(id(v), role)] = name
+        return self.declare(name, v, role, subs, home.region, dtype)
+
+    def ins(self, op: str, operands: list, attrs=None, loc=None):
+        return instr(op, operands, self.tiles, attrs, loc)
+
+    # ------------------------------------------------------------------ GM regions
+    def region(self, view, v: Value, subs: dict) -> GMRegion:
+        offs = [_sx(o, subs) for o in view.offsets]
+        ro = self.row_offset(v) if self.side == VECTOR else 0
+        if ro != 0 and len(offs) >= 2:
+            offs[-2] = offs[-2] + ro
+        return GMRegion(view.tensor, tuple(offs))
+
+    def ws_region(self, ch, v: Value, scope: Scope, sub_rows: bool) -> GMRegion:
+        rows = v.shape[0]
+        if ch.param not in self.gm:
+            wrows = sympy.Symbol(f"{ch.param}_rows", integer=True, positive=True)
+            self.gm[ch.param] = GMParam(ch.param, v.dtype, (wrows, v.shape[1]))
+        off = (BLOCK_IDX * 2 + scope.slot) * rows
+        if sub_rows:
+            off = off + self.row_offset(v)
+        return GMRegion(ch.param, (off, 0))
+
+    # ------------------------------------------------------------------ statements
+    def emit_items(self, items: list, scope: Scope, subs: dict, only=None) -> list:
+        self.register_states(items, scope, subs)
+        out = []
+        for k, it in enumerate(items):
+            if only is not None and k not in only:
+                continue
+            if it.kind == "op":
+                out += self.emit_op(it.op, scope, subs)
+            elif it.kind == "send":
+                out += self.emit_send(it, scope, subs)
+            elif it.kind == "recv":
+                out += self.emit_recv(it, scope, subs)
+            elif it.kind == "loop":
+                out += self.emit_loop(it, scope, subs)
+            for state, nxt in scope.copy_after.get(k, ()):
+                out.append(self.ins("TMOV_V", [state, self.name_of(nxt, "ub", scope)]))
+        return out
+
+    # ------------------------------------------------------------------ carried tiles
+    def _role(self):
+        return "l0c" if self.side == CUBE else "ub"
+
+    def register_states(self, items, scope: Scope, subs: dict):
+        role = self._role()
+        for it in items:
+            if it.kind != "loop":
+                continue
+            for c in it.loop.carried:
+                if carry_side(self.pl, c) != self.side or scope.lookup((id(c.result), role)) is not None:
+                    continue
+                name = f"{c.phi.hint}{c.phi.id}{('_' + scope.suffix) if scope.suffix else ''}"
+                self.declare(name, c.phi, role, subs, "state")
+                scope.names[(id(c.result), role)] = name
+                if self._init_aliasable(c, items):
+                    scope.names[(id(c.init), role)] = name
+
+    def _init_aliasable(self, c, items) -> bool:
+        init = c.init
+        if init.op is None or self._uses.get(id(init), 0) != 1:
+            return False
+        if self.side == CUBE:
+            return init.op.op == "matmul"
+        return any(it.kind == "op" and it.op is init.op for it in items)
+
+    def _next_in_place(self, c, body_items) -> bool:
+        nxt = c.next
+        if nxt.op is None or self.side == CUBE:
+            return self.side == CUBE
+        ops = [it.op for it in body_items if it.kind == "op"]
+        if nxt.op not in ops or any(x.next is nxt for x in c_others(c, self._loop_of_carry[id(c)])):
+            return False
+        if nxt is c.init:
+            return False
+        seen = False
+        for o in _ops_in_order(self._loop_of_carry[id(c)].body):
+            if o is nxt.op:
+                seen = True
+                continue
+            if seen and any(a is c.phi for a in o.values()):
+                return False
+        return True
+
+    # ------------------------------------------------------------------ loops
+    def emit_loop(self, it: Item, scope: Scope, subs: dict) -> list:
+        loop = it.loop
+        role = self._role()
+        carries = [c for c in loop.carried if carry_side(self.pl, c) == self.side]
+        start, stop, step = _sx(loop.start, subs), _sx(loop.stop, subs), loop.step
+        pre = []
+        for c in carries:
+            self._loop_of_carry[id(c)] = loop
+            state = scope.lookup((id(c.result), role))
+            if self.side == VECTOR and scope.lookup((id(c.init), role)) != state:
+                pre.append(self.ins("TMOV_V", [state, self.name_of(c.init, role, scope)], loc=loop.loc))
+        var = loop.var
+        A = Scope(scope, scope.suffix + "a", "a", 0)
+        B = Scope(scope, scope.suffix + "b", "b", 1)
+        for X in (A, B):
+            for c in carries:
+                state = scope.lookup((id(c.result), role))
+                X.names[(id(c.phi), role)] = state
+                if self._next_in_place(c, it.body):
+                    X.names[(id(c.next), role)] = state
+                else:
+                    last = max([k for k, b in enumerate(it.body) if id(c.next) in b.defs or id(c.phi) in b.uses],
+                               default=len(it.body) - 1)
+                    X.copy_after.setdefault(last, []).append((state, c.next))
+        stage = self.stages.get(id(loop))
+        sa, sb = dict(subs), dict(subs)
+        sa[var], sb[var] = var, var + step
+        if stage is None:
+            body = self.emit_items(it.body, A, sa) + [If(sympy.Lt(var + step, stop), self.emit_items(it.body, B, sb))]
+            return pre + [For(var, start, stop, 2 * step, body, {"pipeline": 2}, loop.loc)]
+        s0 = {k for k, s in enumerate(stage) if s == 0}
+        s1 = {k for k, s in enumerate(stage) if s == 1}
+        crossing = self._crossing(it.body, stage)
+        P = Scope(A, scope.suffix + "ap", "a", 0, home=A, crossing=crossing)
+        for c in carries:
+            P.names[(id(c.phi), role)] = A.names[(id(c.phi), role)]
+            if (id(c.next), role) in A.names:
+                P.names[(id(c.next), role)] = A.names[(id(c.next), role)]
+        P.copy_after = A.copy_after
+        sp, s2 = dict(subs), dict(subs)
+        sp[var], s2[var] = start, var + 2 * step
+        prologue = If(sympy.Lt(start, stop), self.emit_items(it.body, P, sp, s0))
+        body = [If(sympy.Lt(var + step, stop), self.emit_items(it.body, B, sb, s0)),
+                *self.emit_items(it.body, A, sa, s1),
+                If(sympy.Lt(var + 2 * step, stop), self.emit_items(it.body, A, s2, s0)),
+                If(sympy.Lt(var + step, stop), self.emit_items(it.body, B, sb, s1))]
+        return pre + [prologue, For(var, start, stop, 2 * step, body, {"pipeline": 2, "skewed": True}, loop.loc)]
+
+    def _crossing(self, items, stage) -> frozenset:
+        d0 = set()
+        for k, it in enumerate(items):
+            if stage[k] == 0:
+                d0 |= it.defs
+        used1 = set()
+        for k, it in enumerate(items):
+            if stage[k] == 1:
+                used1 |= it.uses
+        return frozenset(d0 & used1)
+
+    # ------------------------------------------------------------------ the kernel body
+    def build(self, name: str) -> Block:
+        self._values = _values(self.program)
+        self._uses = _use_counts(self.program)
+        self._loop_of_carry = {}
+        for lp in _loops(self.program.body):
+            for c in lp.carried:
+                self._loop_of_carry[id(c)] = lp
+        g = self.program.grid_sizes
+        total = g[0]
+        for x in g[1:]:
+            total = total * x
+
+        def pids(texpr):
+            out, stride = {}, 1
+            for k in reversed(range(len(g))):
+                q = texpr if stride == 1 else sympy.floor(texpr / stride)
+                out[self.program.pids[k]] = q if k == 0 else sympy.Mod(q, g[k])
+                stride = stride * g[k]
+            return out
+        root = Scope(None, "", "state", 0)
+        A = Scope(root, "a", "a", 0)
+        B = Scope(root, "b", "b", 1)
+        body = self.emit_items(self.items, A, pids(T)) + \
+            [If(sympy.Lt(T + BLOCK_NUM, total), self.emit_items(self.items, B, pids(T + BLOCK_NUM)))]
+        loop = For(T, BLOCK_IDX, total, 2 * BLOCK_NUM, body, {"pipeline": 2}, self.program.loc)
+        return Block(f"{name}_{'aic' if self.side == CUBE else 'aiv'}", self.core, list(self.gm.values()),
+                     list(g), list(self.tiles.values()), [loop], self.program.loc)
+
+    # ------------------------------------------------------------------ ops
+    def emit_op(self, op, scope: Scope, subs: dict) -> list:
+        if self.side == CUBE:
+            return self.emit_cube_op(op, scope, subs)
+        return self.emit_vector_op(op, scope, subs)
+
+    def emit_vector_op(self, op, scope, subs) -> list:
+        d = OPS[op.op]
+        loc = op.loc
+        if op.op == "load":
+            view = op.args[0]
+            dst = self.define(op.out, "ub", scope, subs)
+            attrs = {"trans": True} if view.trans else {}
+            return [self.ins("TLOAD", [dst, self.region(view, op.out, subs)], attrs, loc)]
+        if op.op == "store":
+            view, v = op.args
+            src = self.name_of(v, "ub", scope)
+            out = []
+            tdt = self.program.param(view.tensor).dtype
+            if tdt != v.dtype:
+                tmp = f"{v.hint}{v.id}_st{('_' + scope.suffix) if scope.suffix else ''}"
+                self.declare(tmp, v, "ub", subs, scope.region, tdt)
+                out.append(self.ins("TCVT", [tmp, src], {}, loc))
+                src = tmp
+            st = self.ins("TSTORE", [self.region(view, v, subs), src], {}, loc)
+            if self.split and v.shape[0] != self.split:      # a replicated row: one core stores it
+                return out + [If(sympy.Eq(SUBBLOCK_IDX, 0), [st])]
+            return out + [st]
+        args = []
+        for a in op.args:
+            if isinstance(a, Value):
+                args.append(self.name_of(a, "ub", scope))
+            else:
+                args.append(_sx(a, subs) if isinstance(a, sympy.Basic) else a)
+        dst = self.define(op.out, "ub", scope, subs)
+        attrs = {}
+        if op.op in ("iota", "tril", "triu"):
+            ro = self.row_offset(op.out)
+            if op.op != "iota" or op.attrs.get("axis", 1) == 0:
+                args[0] = args[0] + ro if ro != 0 else args[0]
+            if op.op == "iota":
+                attrs["axis"] = op.attrs.get("axis", 1)
+        elif op.op in ("cmp", "cmps"):
+            attrs["cmp"] = op.attrs["cmp"]
+        elif op.op == "cast" and op.attrs.get("round"):
+            attrs["round"] = op.attrs["round"]
+        if d.pto is None:
+            raise CompileError(f"pt.{op.op} is not supported on the vector cores yet", loc=loc)
+        return [self.ins(d.pto, [dst] + args, attrs, loc)]
+
+    def emit_cube_op(self, op, scope, subs) -> list:
+        loc = op.loc
+        if op.op == "load":
+            view = op.args[0]
+            l1 = self.define(op.out, "l1", scope, subs)
+            attrs = {"trans": True} if view.trans else {}
+            out = [self.ins("TLOAD", [l1, self.region(view, op.out, subs)], attrs, loc)]
+            return out + self.l0_copies(op.out, scope, subs, loc)
+        if op.op == "store":
+            view, v = op.args
+            return [self.ins("TSTORE", [self.region(view, v, subs), self.name_of(v, "l0c", scope)], {}, loc)]
+        if op.op != "matmul":
+            raise CompileError(f"internal: {op.op} placed on the cube", loc=loc)
+        a0 = self.name_of(op.args[0], "l0a", scope)
+        b0 = self.name_of(op.args[1], "l0b", scope)
+        kind = self.pl.acc_kind[id(op)]
+        if kind == "l0c":
+            scope.names[(id(op.out), "l0c")] = self.name_of(op.args[2], "l0c", scope)
+        dst = self.define(op.out, "l0c", scope, subs)
+        if kind in ("none", "zero"):
+            out = [self.ins("TMATMUL", [dst, a0, b0], {}, loc)]
+        elif kind == "l0c":
+            out = [self.ins("TMATMUL_ACC", [dst, a0, b0], {}, loc)]
+        else:
+            loop = self._loop_of_phi(op.args[2])
+            it = subs.get(loop.var, loop.var)
+            lead = sympy.simplify(it - loop.var)
+            acc = self.ins("TMATMUL_ACC", [dst, a0, b0], {}, loc)
+            if lead.is_Integer and int(lead) > 0:
+                out = [acc]
+            else:
+                first = self.ins("TMATMUL", [dst, a0, b0], {}, loc)
+                out = [If(sympy.Eq(it, _sx(loop.start, subs)), [first], [acc])]
+        roles = self.pl.cube_roles.get(id(op.out), set())
+        if roles & {"l1", "l0a", "l0b"}:
+            l1 = self.define(op.out, "l1", scope, subs)
+            out.append(self.ins("TMOV", [l1, dst], {}, loc))
+            out += self.l0_copies(op.out, scope, subs, loc)
+        return out
+
+    def _loop_of_phi(self, phi):
+        for lp in _loops(self.program.body):
+            if any(c.phi is phi for c in lp.carried):
+                return lp
+        raise CompileError("internal: accumulator without its loop")
+
+    def l0_copies(self, v: Value, scope, subs, loc) -> list:
+        out = []
+        roles = self.pl.cube_roles.get(id(v), set())
+        l1 = self.name_of(v, "l1", scope)
+        for role in ("l0a", "l0b"):
+            if role in roles:
+                dst = self.define(v, role, scope, subs)
+                out.append(self.ins("TMOV", [dst, l1], {}, loc))
+        return out
+
+    # ------------------------------------------------------------------ handoffs
+    def emit_send(self, it: Item, scope, subs) -> list:
+        v, ch = it.value, it.channel
+        loc = v.op.loc if v.op is not None else None
+        if self.side == CUBE:
+            src = self.name_of(v, "l0c", scope)
+            st = self.ins("TSTORE", [self.ws_region(ch, v, scope, False), src], {"_xc": (ch.id, scope.slot, "w")}, loc)
+            self.anchors[id(st)] = st
+            return [st]
+        src = self.name_of(v, "ub", scope)
+        st = self.ins("TSTORE", [self.ws_region(ch, v, scope, True), src], {"_xc": (ch.id, scope.slot, "w")}, loc)
+        if self.split and v.shape[0] != self.split:
+            holder = If(sympy.Eq(SUBBLOCK_IDX, 0), [st])
+            self.anchors[id(st)] = holder
+            return [holder]
+        self.anchors[id(st)] = st
+        return [st]
+
+    def emit_recv(self, it: Item, scope, subs) -> list:
+        v, ch = it.value, it.channel
+        loc = v.op.loc if v.op is not None else None
+        if self.side == CUBE:
+            l1 = self.define(v, "l1", scope, subs)
+            ld = self.ins("TLOAD", [l1, self.ws_region(ch, v, scope, False)], {"_xc": (ch.id, scope.slot, "r")}, loc)
+            self.anchors[id(ld)] = ld
+            return [ld] + self.l0_copies(v, scope, subs, loc)
+        dst = self.define(v, "ub", scope, subs)
+        ld = self.ins("TLOAD", [dst, self.ws_region(ch, v, scope, True)], {"_xc": (ch.id, scope.slot, "r")}, loc)
+        self.anchors[id(ld)] = ld
+        return [ld]
+
+
+def c_others(c, loop):
+    return [x for x in loop.carried if x is not c]
+
+
+def _loops(stmts):
+    for s in stmts:
+        if isinstance(s, Loop):
+            yield s
+            yield from _loops(s.body)
+
+
+def _ops_in_order(stmts):
+    for s in stmts:
+        if isinstance(s, Loop):
+            yield from _ops_in_order(s.body)
+        else:
+            yield s
+
+
+def _values(program) -> dict:
+    out = {}
+    for s in _ops_in_order(program.body):
+        if s.out is not None:
+            out[id(s.out)] = s.out
+    for lp in _loops(program.body):
+        for c in lp.carried:
+            out[id(c.phi)], out[id(c.result)] = c.phi, c.result
+    return out
+
+
+def _use_counts(program) -> dict:
+    out: dict = {}
+    for s in _ops_in_order(program.body):
+        for a in s.values():
+            out[id(a)] = out.get(id(a), 0) + 1
+    for lp in _loops(program.body):
+        for c in lp.carried:
+            out[id(c.init)] = out.get(id(c.init), 0) + 1
+    return out
