@@ -39,7 +39,8 @@ from .deps import Geometry
 from .engine import SimState
 from .launch import Launcher
 from .scheduler import POLICIES, Scheduler
-from .trace import write_trace
+from .timing import PIPES
+from .trace import MAX_INSTR_EVENTS, write_trace
 
 __all__ = ["run", "run_kernel", "POLICIES"]
 
@@ -96,8 +97,14 @@ def _run(graph, args, env, machine, timing_only, trace, policy, check, stitch):
         else:
             outputs[name] = args[name] if name in args else bufs.get(name, env)
     report = _report(graph, spec, state, shapes, cycles, len(instances), timing_only)
+    if timing_only:
+        report.notes.append("timing-only: no arithmetic; outputs are meta tensors")
+    if not check:
+        report.notes.append("checks off: races, overlapping buffers and event misuse were not looked for")
     if trace:
         report.trace_file = write_trace(str(trace), state, spec, sched.dispatch_slices)
+        if len(state.trace_events) > MAX_INSTR_EVENTS:
+            report.notes.append(f"trace keeps the first {MAX_INSTR_EVENTS:,} instruction slices")
     report.wall_s = time.perf_counter() - wall0
     set_last_report(report)
     return outputs, report
@@ -119,7 +126,6 @@ def _report(graph, spec, state, shapes, cycles, n_tasks, timing_only) -> Report:
             continue
         denom = cycles * len(cores)
         entry = {"core": sum(c.task_busy for c in cores) / denom}
-        from .timing import PIPES
         for i, p in enumerate(PIPES):
             busy = sum(c.busy[i] for c in cores)
             if busy > 0:
