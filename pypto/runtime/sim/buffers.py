@@ -63,6 +63,10 @@ class GMBuffers:
         shape = self.shapes[name]
         if self.timing_only:
             return shape
+        if t is None and b.role == "constant" and getattr(b, "data", None) is not None:
+            t = b.data                  # a constant captured at trace time carries its value
+            if isinstance(t, torch.Tensor) and t.dtype == b.dtype.torch_dtype and tuple(t.shape) == shape:
+                return t.contiguous()
         if t is None:
             if b.role in ("input", "constant"):
                 raise SimError(f"input '{name}' ({b.dtype}{list(b.shape)}) has no argument")

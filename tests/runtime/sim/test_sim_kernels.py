@@ -131,3 +131,14 @@ def test_bad_arguments_raise():
         sim.run(g, {"x": _rand(32, 32)}, {})
     with pytest.raises(SimError, match="size R is 32"):
         sim.run(g, {"x": _rand(32, 32), "y": _rand(48, 32)}, {})
+
+
+def test_constant_buffers_carry_their_data():
+    k = S.vector_add_kernel(16, 32, 8, F32)
+    w = _rand(16, 32, seed=3)
+    bufs = {"x": Buffer("x", (16, 32), F32, "input"), "w": Buffer("w", (16, 32), F32, "constant", data=w),
+            "z": Buffer("z", (16, 32), F32, "output")}
+    g = ExecutionGraph({"vadd": k}, bufs, ["x"], ["z"], [Task("vadd", {"x": "x", "y": "w", "z": "z"})])
+    x = _rand(16, 32)
+    out, _ = sim.run(g, {"x": x}, {})
+    assert torch.equal(out["z"], x + w)
