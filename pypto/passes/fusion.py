@@ -176,44 +176,42 @@ def _try_merge(g, groups, succ, spaces, gp: Group, gc: Group, ub) -> bool:
         return False
     if _min_footprint(g, spaces, gp.nodes + gc.nodes, whole, ren) * 2 > ub:
         return False
-    # commit: identify the paired dims (undone if the merged group has no tiling)
-    undo = []
+    merged = Group(gc.id, "vector", [], [ren(d) for d in merged_dims], whole, seq)
+    if not _tileable(g, spaces, gp.nodes + gc.nodes, merged, ren):
+        return False
+    # commit: identify the paired dims
     for a, b in pairs:
         a, b = a.find(), b.find()
         if a is not b:
             if rename is not None:
-                undo.append((a, a.parent))
                 a.parent = b          # gp's dims take gc's identity
             else:
-                undo.append((b, b.parent))
                 b.parent = a
-    saved = (gc.dims, gc.whole, gc.seq, gc.seq_node)
     gc.dims = [d.find() for d in merged_dims]
     gc.whole = {d.find() for d in gp.whole | gc.whole}
     if gp.seq is not None:
         gc.seq, gc.seq_node = gp.seq.find(), gp.seq_node
-    if not _tileable(g, spaces, gp.nodes + gc.nodes, gc):
-        for d, parent in reversed(undo):
-            d.parent = parent
-        gc.dims, gc.whole, gc.seq, gc.seq_node = saved
-        return False
     return True
 
 
-def _tileable(g, spaces, nodes, grp) -> bool:
-    """Whole dims must land on the tile's two axes once neighbouring dims collapse."""
+def _tileable(g, spaces, nodes, grp, ren) -> bool:
+    """Whole dims must land on the tile's two axes once neighbouring dims collapse (checked on the
+    tentative merge: ``ren`` maps each dim to the one it would become; nothing is committed)."""
     from .vector_tiling import canonical_axes
+
+    def r(d):
+        return ren(d.find())
     presences, pinned = [], set()
     for n in nodes:
         sp = spaces[n]
-        presences.append({d.find() for d in sp.out_map if d is not None})
+        presences.append({r(d) for d in sp.out_map if d is not None})
         for m in sp.in_maps:
-            presences.append({d.find() for d in m if d is not None})
-        pinned |= {d.find() for d in sp.scans}
+            presences.append({r(d) for d in m if d is not None})
+        pinned |= {r(d) for d in sp.scans}
         if g.op(n) in ("tril", "triu"):
-            pinned |= {d.find() for d in sp.out_map[-2:] if d is not None}
+            pinned |= {r(d) for d in sp.out_map[-2:] if d is not None}
     try:
-        canonical_axes(grp.roots(), presences, [], pinned)
+        canonical_axes(grp, presences, [], pinned)
     except CompileError:
         return False
     return True

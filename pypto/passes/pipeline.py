@@ -2,6 +2,7 @@
 
     decompose      composites -> primitive ops                       TensorGraph -> TensorGraph
     canonicalize   fold casts, split reductions, drop dead nodes     TensorGraph -> TensorGraph
+    autocast       bf16 vector math through fp32                      TensorGraph -> TensorGraph
     tile           fusion plan, tile choice, tile programs            TensorGraph -> TileGraph
     blocks         cores, ping-pong, one Kernel per distinct program  TileGraph   -> BlockGraph
     memory         on-chip addresses                                  BlockGraph  -> BlockGraph
@@ -11,6 +12,7 @@
 from __future__ import annotations
 
 from ..machine import MachineSpec, get_machine, load_machine
+from .autocast import autocast
 from .canonicalize import canonicalize
 from .decompose import decompose
 from .kernels import BlockGraph, lower_blocks
@@ -68,6 +70,7 @@ def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = 
     pm.write("traced", graph)
     g = pm.run("decompose", decompose, graph, verifier=_verify_graph)
     g = pm.run("canonicalize", canonicalize, g, verifier=_verify_graph)
+    g = pm.run("autocast", autocast, g, verifier=_verify_graph)
     tg = pm.run("tile", build_tile_graph, g, spec, fuse=fuse)
     bg = pm.run("blocks", lower_blocks, tg, spec)
     bg = pm.run("memory", _memory, bg, spec)
