@@ -138,7 +138,8 @@ class SideEmitter:
         offs = [_sx(o, subs) for o in view.offsets]
         ro = self.row_offset(v) if self.side == VECTOR else 0
         if ro != 0 and len(offs) >= 2:
-            offs[-2] = offs[-2] + ro
+            # the second half of a tail tile may start past the tensor's end (with no valid rows)
+            offs[-2] = smin(offs[-2] + ro, self.program.param(view.tensor).shape[-2])
         return GMRegion(view.tensor, tuple(offs))
 
     def ws_region(self, ch, v: Value, scope: Scope, sub_rows: bool) -> GMRegion:

@@ -87,7 +87,7 @@ OPS |= _defs("misc", {
 # ops whose rows are independent of each other: a vector tile split by rows between the two vector
 # cores of a cluster computes each half on its own (column reductions, transposes, reshapes are not)
 ROW_LOCAL_FAMILIES = {"binary", "rowexp", "colexp", "scalar", "unary", "load", "store"}
-ROW_LOCAL_OPS = {"rowsum", "rowmax", "rowmin", "cast", "copy", "full", "iota", "tril", "triu", "cmp", "cmps",
+ROW_LOCAL_OPS = {"load", "store", "rowsum", "rowmax", "rowmin", "cast", "copy", "full", "iota", "tril", "triu", "cmp", "cmps",
                  "select", "rowexpand", "colexpand"}
 
 
