@@ -28,7 +28,7 @@ class CompiledKernel:
 
 
 def compile_kernel(fn, name: str, tensors: dict, scalars: dict, consts: dict, *, machine, tiling_key=None,
-                   pipeline=None, auto_sync: bool = True) -> CompiledKernel:
+                   pipeline=None, auto_sync: bool = True, base_name: str | None = None) -> CompiledKernel:
     """tensors: param -> (dtype, shape with ints / size symbols); scalars: param -> sympy symbol;
     consts: param -> compile-time value."""
     bindings = dict(consts)
@@ -70,7 +70,7 @@ def compile_kernel(fn, name: str, tensors: dict, scalars: dict, consts: dict, *,
                 sizes.setdefault(s.name, (p, d))
     kernel = Kernel(name, blocks, loc=parser.source.span(parser.source.tree).loc)
     return CompiledKernel(kernel, list(tensors), list(scalars.values()), outputs, list(parser.workspaces), sizes,
-                          parser.manual_sync, parser.pipeline_generated(), events, parser)
+                          parser.manual_sync, parser.pipeline_generated(base_name or name), events, parser)
 
 
 def workspace_rows_symbol(ws) -> sympy.Symbol:

@@ -135,7 +135,8 @@ class ProKernel:
             from .compiler import compile_kernel
             variant = self.name + (key_values.suffix() if key_values is not None else "")
             compiled = compile_kernel(self.fn, variant, tensors, scalars, consts, machine=self.machine,
-                                      tiling_key=key_values, pipeline=self.pipeline, auto_sync=self.auto_sync)
+                                      tiling_key=key_values, pipeline=self.pipeline, auto_sync=self.auto_sync,
+                                      base_name=self.name)
             self.compile_count += 1
             from .build_dir import write_build_dir
             compiled.build_dir = write_build_dir(self, compiled, cache_key)

@@ -755,9 +755,9 @@ class Parser:
                     raise ParseError(f"{fdef.name}() is missing argument '{p}'", frame.span(node))
         return env
 
-    def pipeline_generated(self) -> str | None:
+    def pipeline_generated(self, name: str | None = None) -> str | None:
         from .pipeline_source import generated_module
-        return generated_module(self, self.kernel_name)
+        return generated_module(self, name or self.kernel_name)
 
     # ------------------------------------------------------------------ sections and state
     def require_section(self, frame, node, what: str) -> SectionBuilder:

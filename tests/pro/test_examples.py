@@ -3,6 +3,7 @@ import pytest
 import torch
 
 import add
+import flash_attention
 import matmul
 import softmax
 
@@ -34,8 +35,15 @@ def test_matmul_with_tails(out_dtype):
     matmul.main(m=200, k=300, n=260, out_dtype=out_dtype, block_dim=3)
 
 
+@pytest.mark.parametrize("handoff", ["fp32", "fp16"])
+def test_flash_attention_on_sim(handoff):
+    """Cube QK^T -> vector online softmax -> cube PV, cross-core handoff, 2 heads x 384 keys."""
+    flash_attention.main(bh=2, seq=384, pipelined=True, block_dim=3, handoff=handoff)
+
+
 def test_examples_on_cpu():
     """Same kernels through generated PTO C++ and g++ (cached by content hash after the first run)."""
     add.main(8192, 4096, backend="cpu")
     softmax.main(rows=37, cols=256, backend="cpu", block_dim=3)
     matmul.main(m=200, k=300, n=260, out_dtype=torch.float32, backend="cpu", block_dim=3)
+    flash_attention.main(bh=1, seq=256, pipelined=True, backend="cpu", block_dim=2, handoff="fp16")

@@ -30,14 +30,14 @@ def test_pipeline_generated_runs_as_a_kernel_and_matches(tmp_path):
     q, k, v = (torch.randn(1, 384, 128, dtype=torch.float16) for _ in range(3))
     o1, o2 = torch.zeros_like(q), torch.zeros_like(q)
     kernel = pl.jit(fa.attention_body, name="fa_gen_test", pipeline=pl.PipelineConfig(preload=1),
-                    dump=str(tmp_path))
-    kernel[None, 2](q, k, v, o1)
+                    dump=str(tmp_path), tiling_key=fa.KEY)
+    kernel[None, 2, {"HANDOFF": "fp16"}](q, k, v, o1)
     path = kernel.last_build_dir / "pipeline_generated.py"
     assert path.exists() and "take(" in path.read_text()
     gen = _load_module(path, "pipeline_generated_fa")
     gen_kernel = gen.fa_gen_test
     assert gen_kernel.pipeline is None                 # plain kernel: the pipelining is in its source
-    gen_kernel[None, 2](q, k, v, o2)
+    gen_kernel[None, 2](q, k, v, o2)                   # its key allows only the variant it came from
     assert torch.equal(o1, o2)
     torch.testing.assert_close(o1, fa.reference(q, k, v), rtol=2e-2, atol=2e-3)
 
