@@ -152,8 +152,11 @@ def _auto(tiler, sizes, fixed) -> list:
 
 
 def _values(tiler):
-    """(bytes-per-element, has_row, has_col, phase-class, first, last) of the group's values, in
-    node order positions: loads at their first use, node results from their node to last use."""
+    """(element bytes, axes it runs along, first, last position) of every value of the group, by node
+    order: inputs from their first to their last use, results from their node to their last use (to
+    the end when stored), plus an fp32 temp for each fp16/bf16 op (its math runs in fp32)."""
+    if getattr(tiler, "_values_cache", None) is not None:
+        return tiler._values_cache
     g, canon = tiler.g, tiler.canon
     order = {n: i for i, n in enumerate(tiler.group.nodes)}
     last = {}
@@ -172,76 +175,66 @@ def _values(tiler):
             vals.append((g.info(src).dtype.itemsize, axes, order[n], last.get(src, order[n])))
         axes = {canon.axis_of[d.find()] for d in sp.out_map if d is not None}
         end = max(last.get(n, order[n]), order[n]) if n not in tiler.stores else len(order)
-        # fp16/bf16 math runs through an fp32 temp
         item = g.info(n).dtype.itemsize
         vals.append((item, axes, order[n], end))
         if item < 4 and g.op(n) not in ("cast", "full"):
             vals.append((4, {canon.axis_of[d.find()] for d in sp.dims}, order[n], order[n]))
+    tiler._values_cache = vals
     return vals
 
 
+def _bytes(item, axes, tiles, canon, alignment) -> int:
+    rows = tiles[canon.row] if (canon.row is not None and canon.row in axes) else 1
+    cols = tiles[canon.col] if canon.col in axes else 1
+    per = max(alignment // item, 1)
+    return rows * (-(-cols // per) * per) * item
+
+
 def working_set(tiler, tiles) -> int:
+    """Estimated UB bytes: loop-invariant values once, the peak of the per-tile values twice (ping-pong)."""
     canon, spec = tiler.canon, tiler.machine
-    col, row = canon.col, canon.row
-    seq = any(r == "seq" for r in canon.roles)
+    sizes = tiler_sizes(tiler)
     steps = len(tiler.group.nodes) + 1
     live = [0] * (steps + 1)
     setup = 0
     for item, axes, first, last in _values(tiler):
-        rows = tiles[row] if (row is not None and row in axes) else 1
-        cols = tiles[col] if col in axes else 1
-        per = max(spec.alignment // item, 1)
-        nbytes = rows * (-(-cols // per) * per) * item
-        sizes = tiler_sizes(tiler)
-        moving = any(canon.roles[k] in ("par", "seq") and not _single(sizes[k], tiles[k]) for k in axes)
-        if not moving:
+        nbytes = _bytes(item, axes, tiles, canon, spec.alignment)
+        if not any(canon.roles[k] in ("par", "seq") and not _single(sizes[k], tiles[k]) for k in axes):
             setup += nbytes
             continue
         for i in range(first, min(last, steps - 1) + 1):
             live[i] += nbytes
-    peak = max(live)
-    return setup + (2 * peak if not seq else 2 * peak)
+    return setup + 2 * max(live)
 
 
 def tiler_sizes(tiler):
-    if not hasattr(tiler, "_sizes"):
+    if getattr(tiler, "_sizes", None) is None:
         from .vector_tiling import _prod
         tiler._sizes = [_prod([d.size for d in run]) for run in tiler.canon.runs]
     return tiler._sizes
 
 
-def _single(sizes_k, tile) -> bool:
-    return isinstance(sizes_k, int) and sizes_k <= tile
+def _single(size, tile) -> bool:
+    return isinstance(size, int) and size <= tile
 
 
 def _time(tiler, sizes, tiles) -> float:
-    spec = tiler.machine
-    cores = spec.num_aiv
+    """Estimated cycles: tiles per core x (per-tile overhead + max(vector work, GM transfers))."""
+    spec, canon = tiler.machine, tiler.canon
     count = 1
-    for s, t in zip(sizes, tiles):
-        count *= -(-_est(s) // t)
-    per_core = -(-count // cores)
+    for size, t in zip(sizes, tiles):
+        count *= -(-_est(size) // t)
+    per_core = -(-count // spec.num_aiv)
     vbytes = spec.vector["bytes_per_cycle"]
     issue = spec.vector.get("issue_cycles", 8)
     mte = spec.memory.get("mte2_bytes_per_cycle", 128)
-    col, row = tiler.canon.col, tiler.canon.row
-    vec, mem = 0.0, 0.0
-    for item, axes, first, last in _values(tiler):
-        rows = tiles[row] if (row is not None and row in axes) else 1
-        cols = tiles[col] if col in axes else 1
-        vec += issue + rows * cols * max(item, 4) / vbytes
-    for n in tiler.group.nodes:
-        if n in tiler.stores:
-            mem += rows_cols(tiler, tiles) * tiler.g.info(n).dtype.itemsize / mte
-    for n, k, src, amap, acc in tiler.ext:
-        if acc is not None:
-            mem += rows_cols(tiler, tiles) * tiler.g.info(src).dtype.itemsize / mte
+    vec = sum(issue + _bytes(max(item, 4), axes, tiles, canon, spec.alignment) / vbytes
+              for item, axes, _, _ in _values(tiler))
+    tile_elems = (tiles[canon.row] if canon.row is not None else 1) * tiles[canon.col]
+    moved = [tiler.g.info(n).dtype.itemsize for n in tiler.stores] + \
+        [tiler.g.info(src).dtype.itemsize for _, _, src, _, acc in tiler.ext if acc is not None]
+    mem = sum(tile_elems * item / mte for item in moved)
     return per_core * (TILE_OVERHEAD_CYCLES + max(vec, mem))
-
-
-def rows_cols(tiler, tiles) -> int:
-    col, row = tiler.canon.col, tiler.canon.row
-    return (tiles[row] if row is not None else 1) * tiles[col]
 
 
 # ---------------------------------------------------------------- cube
