@@ -53,9 +53,16 @@ class NodeContext:
     def common_dtype(self) -> dtypes.DataType:
         """torch's computation dtype for this node's operands (0-d tensors and Python scalars count
         the way torch counts them)."""
-        vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in self.node.args]
+        vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in self.node.args[:2]]
+        vals = [_SYMBOLIC_AS_NUMBER.get(type(v), v) for v in vals]
         vals = [v for v in vals if isinstance(v, (torch.Tensor, int, float, bool))]
-        return dtypes.from_torch(torch.result_type(*vals)) if len(vals) >= 2 else self.out_dtype
+        if len(vals) == 2:
+            return dtypes.from_torch(torch.result_type(*vals))
+        raise ConversionError(f"{self.node.name}: cannot tell torch's computation dtype from {self.node.args}")
+
+
+# a symbolic scalar operand promotes like a Python number of its kind
+_SYMBOLIC_AS_NUMBER = {torch.SymInt: 1, torch.SymFloat: 1.0, torch.SymBool: True}
 
 
 class Lazy(tuple):
@@ -119,6 +126,15 @@ def _div_mode(cx, input, other, rounding_mode=None):
     if rounding_mode == "floor":
         q = fn("floor")(q)
     return cx.cast(q)
+
+
+def _div_mode_accepts(a):
+    """Floor division is computed as floor(a / b) in floating point: exact for floating inputs only
+    (int64 values beyond 2**24 would round)."""
+    mode = a.get("rounding_mode")
+    if mode is None or (mode == "floor" and a.get("_dtype") is not None and a["_dtype"].is_floating_point):
+        return None
+    return f"div rounding_mode={mode!r} on {a.get('_dtype')}"
 
 
 def _isnan(cx, input):
@@ -259,7 +275,7 @@ def _getitem(cx, input, index):
 
 def _getitem_accepts(a):
     src = a.get("input")
-    if isinstance(src, torch.fx.Node) and src.op == "call_function" and src.target in RULES:
+    if isinstance(src, torch.fx.Node) and unsupported_reason(src) is None:
         return None
     return "getitem of a value pypto does not produce"
 
@@ -386,9 +402,7 @@ for _n in ("logical_and", "logical_or"):
 RULES[aten.bitwise_not.default] = _bool_only("logical_not")
 RULES[aten.bitwise_and.Tensor] = _bool_only("logical_and")
 RULES[aten.bitwise_or.Tensor] = _bool_only("logical_or")
-RULES[aten.div.Tensor_mode] = Rule(_div_mode, needs=("div", "floor"),
-                                   accepts=lambda a: None if a.get("rounding_mode") in (None, "floor")
-                                   else f"rounding_mode {a.get('rounding_mode')!r}")
+RULES[aten.div.Tensor_mode] = Rule(_div_mode, needs=("div", "floor"), accepts=_div_mode_accepts)
 RULES[aten.where.self] = Rule(_where, needs=("where",))
 RULES[aten.isnan.default] = Rule(_isnan, needs=("ne",))
 RULES[aten.isinf.default] = Rule(_isinf, needs=("logical_and", "logical_not", "isfinite", "eq"))

@@ -72,13 +72,17 @@ def test_dynamic_sequence_lengths_compile_once(backend):
 @pytest.mark.parametrize("backend", backends(), indirect=True)
 def test_symint_used_as_a_scalar(backend):
     def f(x):
-        return (x * x.shape[1]).exp() / x.shape[0]
+        return (x * x.shape[1]).exp() / x.shape[0] + (x * 4 + 3 < x.shape[1]).float()
     compiled = _compile(f, backend, dynamic=True)
     for t in (3, 6):
         x = torch.randn(2, t)
         torch.testing.assert_close(compiled(x), f(x))
+        x = torch.arange(2.0 * t).reshape(2, t) / 4     # comparisons land on both sides
+        torch.testing.assert_close(compiled(x), f(x))
     check_ran_in_pypto(backend)
-    assert pd.counters["graphs"] == 1 and pd.counters["runs"] == 2
+    assert pd.counters["graphs"] == 1 and pd.counters["runs"] == 4
+    if backend == "reference":
+        assert pd.counters["eager_ops"] == 0
 
 
 @pytest.mark.parametrize("backend,name", [
