@@ -35,10 +35,9 @@ def cube_fraction(report, machine) -> float:
     return report.cube_flops / (peak * report.cycles)
 
 
-def pro_attention(bh, seq, d, pipelined, handoff, machine):
-    r = fa.main(bh=bh, seq=seq, d=d, pipelined=pipelined, block_dim=machine.num_aic, timing_only=True,
-                handoff=handoff)
-    return r
+def pro_attention(bh, seq, d, pipelined, handoff, machine, math="fp32"):
+    return fa.main(bh=bh, seq=seq, d=d, pipelined=pipelined, block_dim=machine.num_aic, timing_only=True,
+                   handoff=handoff, math=math)
 
 
 def tensor_attention(bh, seq, d):
@@ -71,6 +70,8 @@ def main(argv=None):
     cases = [("pro FA, fp32 handoff, sequential", lambda: pro_attention(bh, seq, d, False, "fp32", machine)),
              ("pro FA, fp32 handoff, pipelined", lambda: pro_attention(bh, seq, d, True, "fp32", machine)),
              ("pro FA, fp16 handoff, pipelined", lambda: pro_attention(bh, seq, d, True, "fp16", machine)),
+             ("pro FA, fp16 handoff + fp16 softmax, pipelined",
+              lambda: pro_attention(bh, seq, d, True, "fp16", machine, math="fp16")),
              ("tensor level F.scaled_dot_product_attention", lambda: tensor_attention(bh, seq, d))]
     rows = []
     console = Console(width=150)

@@ -19,11 +19,15 @@ import pypto_pro.language as pl
 MQ, NK = 128, 128          # query rows per cluster, keys per block
 HALF = MQ // 2             # query rows per vector core
 NEG = -1.0e30
+NEG16 = -6.0e4             # below any fp16 score, inside the fp16 range
 
 
 # HANDOFF: the dtype of S and of P V in the GM workspace. fp16 halves the cube <-> vector traffic
 # (the vectors widen to fp32 before the softmax / the accumulation); fp32 keeps every bit.
-KEY = pl.TilingKey(HANDOFF=("fp32", "fp16"))
+# MATH: the softmax arithmetic on the vectors; fp16 (with an fp16 handoff) works on the scores as
+# they arrive and stores P from the same tile, about half the vector work; the running sums, the
+# rescale factors and the output accumulator stay fp32.
+KEY = pl.TilingKey(HANDOFF=("fp32", "fp16"), MATH=("fp32", "fp16"))
 
 
 def attention_body(q, k, v, o):
@@ -31,6 +35,8 @@ def attention_body(q, k, v, o):
     scale = 1.0 / math.sqrt(d)
     f16, f32 = pl.DT_FP16, pl.DT_FP32
     narrow = pl.get_tiling_key().HANDOFF == "fp16"
+    math16 = pl.get_tiling_key().MATH == "fp16"
+    assert narrow or not math16, "MATH=fp16 needs HANDOFF=fp16"
     hd = f16 if narrow else f32
     mat, left, right, acc, vec, gm = (pl.MemorySpace.Mat, pl.MemorySpace.Left, pl.MemorySpace.Right,
                                        pl.MemorySpace.Acc, pl.MemorySpace.Vec, pl.MemorySpace.GM)
@@ -50,7 +56,14 @@ def attention_body(q, k, v, o):
     s_acc = pl.make_tile(pl.TileType([MQ, NK], f32, acc), addr=0x00000)
     o_acc = pl.make_tile(pl.TileType([MQ, d], f32, acc), addr=0x10000)
     # vector buffers (UB), per vector core: HALF query rows
-    if narrow:      # fp16 S double buffered for the loads, one fp32 working copy
+    if math16:      # fp16 scores double buffered and worked on in place; fp16 statistics
+        s_in = pl.make_tile_group(pl.TileType([HALF, NK], f16, vec), addrs=0x00000, depth=2)
+        stat16 = pl.TileType([HALF, 16], f16, vec)
+        m16 = pl.make_tile_group(stat16, addrs=0x08000, depth=2)
+        lj16 = pl.make_tile(stat16, addr=0x09000)
+        a16 = pl.make_tile(stat16, addr=0x09800)
+        pv_in = pl.make_tile(pl.TileType([HALF, d], f16, vec), addr=0x28000)   # shares out_ub's bytes
+    elif narrow:    # fp16 S double buffered for the loads, one fp32 working copy
         s_in = pl.make_tile_group(pl.TileType([HALF, NK], f16, vec), addrs=0x00000, depth=2)
         s_ub = pl.make_tile_group(pl.TileType([HALF, NK], f32, vec), addrs=0x08000, depth=1)
         pv_in = pl.make_tile(pl.TileType([HALF, d], f16, vec), addr=0x28000)   # shares out_ub's bytes
@@ -95,34 +108,23 @@ def attention_body(q, k, v, o):
         for task in pl.range(pl.get_block_idx(), bh * q_blocks, pl.get_block_num()):
             h = task // q_blocks
             q0 = (task % q_blocks) * MQ
-            pl.fill(m_ub[1], NEG)               # the "previous" max of block 0 (stage 0 takes slot 0 next)
+            if math16:                          # the "previous" max of block 0 (stage 0 takes slot 0)
+                pl.fill(m16[1], NEG16)
+            else:
+                pl.fill(m_ub[1], NEG)
             pl.fill(l_ub, 0.0)
             pl.fill(acc_ub, 0.0)
             for j in pl.range(0, kv_blocks):
                 with pl.stage(0):                       # online softmax of S_j -> P_j
-                    s = s_ub.next()
-                    if narrow:
-                        s16 = s_in.next()
-                        pl.load(s16, s_ws.next(), [row0, 0])
-                        pl.cast(s, s16)
+                    if math16:
+                        softmax_fp16(s_in.next(), s_ws.next(), p_ws.next(), m16.next(), m16.previous(),
+                                     alpha_ub.next(), lj16, a16, lj_ub, l_ub, row0, scale)
+                    elif narrow:
+                        softmax_fp32(s_ub.next(), s_in.next(), s_ws.next(), p_ub.next(), p_ws.next(),
+                                     m_ub.next(), m_ub.previous(), alpha_ub.next(), lj_ub, l_ub, row0, scale)
                     else:
-                        pl.load(s, s_ws.next(), [row0, 0])
-                    m_new = m_ub.next()
-                    m_old = m_ub.previous()
-                    alpha = alpha_ub.next()
-                    pl.muls(s, s, scale)
-                    pl.row_max(lj_ub, s)
-                    pl.maximum(m_new, m_old, lj_ub)
-                    pl.sub(alpha, m_old, m_new)
-                    pl.exp(alpha, alpha)
-                    pl.row_expand_sub(s, s, m_new)
-                    pl.exp(s, s)
-                    pl.row_sum(lj_ub, s)
-                    pl.mul(l_ub, l_ub, alpha)
-                    pl.add(l_ub, l_ub, lj_ub)
-                    p = p_ub.next()
-                    pl.cast(p, s)
-                    pl.store(p_ws.next(), p, [row0, 0])
+                        softmax_fp32(s_ub.next(), None, s_ws.next(), p_ub.next(), p_ws.next(),
+                                     m_ub.next(), m_ub.previous(), alpha_ub.next(), lj_ub, l_ub, row0, scale)
                 with pl.stage(1):                       # acc = acc * alpha_j + P_j V_j
                     if narrow:
                         pl.load(pv_in, pv_ws.next(), [row0, 0])
@@ -136,6 +138,45 @@ def attention_body(q, k, v, o):
             pl.store(o, out_ub, [h, q0 + row0, 0])
 
 
+def softmax_fp32(s, s16, s_slot, p, p_slot, m_new, m_old, alpha, lj, l, row0, scale):
+    """Online softmax step in fp32 (a helper: the parser inlines it); s16 receives fp16 scores."""
+    if s16 is not None:
+        pl.load(s16, s_slot, [row0, 0])
+        pl.cast(s, s16)
+    else:
+        pl.load(s, s_slot, [row0, 0])
+    pl.muls(s, s, scale)
+    pl.row_max(lj, s)
+    pl.maximum(m_new, m_old, lj)
+    pl.sub(alpha, m_old, m_new)
+    pl.exp(alpha, alpha)
+    pl.row_expand_sub(s, s, m_new)
+    pl.exp(s, s)
+    pl.row_sum(lj, s)
+    pl.mul(l, l, alpha)
+    pl.add(l, l, lj)
+    pl.cast(p, s)
+    pl.store(p_slot, p, [row0, 0])
+
+
+def softmax_fp16(s, s_slot, p_slot, m_new, m_old, alpha, lj16, a16, lj, l, row0, scale):
+    """Online softmax step on fp16 scores; P is stored from the same tile."""
+    pl.load(s, s_slot, [row0, 0])
+    pl.muls(s, s, scale)
+    pl.row_max(lj16, s)
+    pl.maximum(m_new, m_old, lj16)
+    pl.sub(a16, m_old, m_new)
+    pl.exp(a16, a16)
+    pl.cast(alpha, a16)
+    pl.row_expand_sub(s, s, m_new)
+    pl.exp(s, s)
+    pl.row_sum(lj16, s)
+    pl.cast(lj, lj16)
+    pl.mul(l, l, alpha)
+    pl.add(l, l, lj)
+    pl.store(p_slot, s, [row0, 0])
+
+
 flash_attention = pl.jit(attention_body, name="flash_attention", tiling_key=KEY)
 flash_attention_pipelined = pl.jit(attention_body, name="flash_attention_pipelined", tiling_key=KEY,
                                    pipeline=pl.PipelineConfig(preload=1))
@@ -146,7 +187,8 @@ def reference(q, k, v):
     return (torch.softmax(s, dim=-1) @ v.float()).to(q.dtype)
 
 
-def main(bh=2, seq=512, d=128, pipelined=True, backend=None, block_dim=4, timing_only=False, handoff="fp32"):
+def main(bh=2, seq=512, d=128, pipelined=True, backend=None, block_dim=4, timing_only=False, handoff="fp32",
+         math="fp32"):
     torch.manual_seed(0)
     q, k, v = (torch.randn(bh, seq, d, dtype=torch.float16) for _ in range(3))
     o = torch.zeros_like(q)
@@ -154,7 +196,7 @@ def main(bh=2, seq=512, d=128, pipelined=True, backend=None, block_dim=4, timing
     if backend is not None or timing_only:
         kernel = pl.jit(attention_body, name=kernel.name, pipeline=kernel.pipeline, backend=backend,
                         timing_only=timing_only, tiling_key=KEY)
-    report = kernel[None, block_dim, {"HANDOFF": handoff}](q, k, v, o)
+    report = kernel[None, block_dim, {"HANDOFF": handoff, "MATH": math}](q, k, v, o)
     if not timing_only:
         torch.testing.assert_close(o, reference(q, k, v), rtol=2e-2, atol=2e-3)
     return report

@@ -2,6 +2,8 @@
 import pytest
 import torch
 
+import pypto_pro.language as pl
+
 import add
 import flash_attention
 import matmul
@@ -35,10 +37,15 @@ def test_matmul_with_tails(out_dtype):
     matmul.main(m=200, k=300, n=260, out_dtype=out_dtype, block_dim=3)
 
 
-@pytest.mark.parametrize("handoff", ["fp32", "fp16"])
-def test_flash_attention_on_sim(handoff):
+@pytest.mark.parametrize("handoff,math", [("fp32", "fp32"), ("fp16", "fp32"), ("fp16", "fp16")])
+def test_flash_attention_on_sim(handoff, math):
     """Cube QK^T -> vector online softmax -> cube PV, cross-core handoff, 2 heads x 384 keys."""
-    flash_attention.main(bh=2, seq=384, pipelined=True, block_dim=3, handoff=handoff)
+    flash_attention.main(bh=2, seq=384, pipelined=True, block_dim=3, handoff=handoff, math=math)
+
+
+def test_flash_attention_key_rules():
+    with pytest.raises(pl.ParseError, match="MATH=fp16 needs HANDOFF=fp16"):
+        flash_attention.main(bh=1, seq=256, handoff="fp32", math="fp16")
 
 
 def test_examples_on_cpu():
