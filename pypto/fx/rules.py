@@ -402,6 +402,10 @@ for _n in ("logical_and", "logical_or"):
 RULES[aten.bitwise_not.default] = _bool_only("logical_not")
 RULES[aten.bitwise_and.Tensor] = _bool_only("logical_and")
 RULES[aten.bitwise_or.Tensor] = _bool_only("logical_or")
+RULES[aten.bitwise_xor.Tensor] = _bool_only("ne")            # on bools, xor is "not equal"
+RULES[aten.logical_xor.default] = Rule(lambda cx, input, other: fn("ne")(api.cast(input, dtypes.bool_),
+                                                                         api.cast(other, dtypes.bool_)),
+                                       needs=("ne",))
 RULES[aten.div.Tensor_mode] = Rule(_div_mode, needs=("div", "floor"), accepts=_div_mode_accepts)
 RULES[aten.where.self] = Rule(_where, needs=("where",))
 RULES[aten.isnan.default] = Rule(_isnan, needs=("ne",))
