@@ -484,9 +484,7 @@ def where(mask: Tile, a, b) -> Tile:
     if m.dtype != dtypes.bool_:
         raise DTypeError(f"pt.where: the mask must be a bool tile (a comparison or pt.tril), found {m.dtype}")
     like = a if isinstance(a, Tile) else b if isinstance(b, Tile) else None
-    if like is None:
-        raise TypeMismatchError("pt.where: at least one of a, b must be a tile")
-    lv = _val(like)
+    lv = _val(like) if like is not None else Value(m.shape, F32, m.valid)
     ta = a if isinstance(a, Tile) else _fill_as(lv, a, m)
     tb = b if isinstance(b, Tile) else _fill_as(lv, b, m)
     va, vb = _val(ta), _val(tb)
