@@ -19,7 +19,7 @@ from pypto.ir.block import For, If
 
 from .control import range_bounds
 from .errors import ParseError
-from .parser import MAX_UNROLL, Call, LoopScope, carried_names, is_runtime, norm, poison_loop_locals
+from .parser import MAX_UNROLL, Call, LoopScope, carried_names, norm, poison_loop_locals
 
 
 def runtime_loop(parser, node, frame) -> None:
@@ -163,5 +163,3 @@ def _cursors_after(parser, entry, deltas: dict, trip) -> None:
         else:
             cur.pos, cur.known = -1, False
 
-
-__all__ = ["runtime_loop", "is_runtime"]

@@ -13,10 +13,8 @@ from __future__ import annotations
 import ast
 import builtins
 import difflib
-import math
 import operator
 import os
-import sys
 import types
 from dataclasses import dataclass, field
 
@@ -24,7 +22,7 @@ import sympy
 
 from pypto import symbolic
 from pypto.errors import PyptoError
-from pypto.ir.block import For, If
+from pypto.ir.block import If
 
 from .builder import SectionBuilder
 from .dsl import DslFunction, REGISTRY
@@ -928,4 +926,4 @@ def poison_loop_locals(frame: Frame, scope: LoopScope, var, span: Span) -> None:
                                      f"{span.line} and is not defined after that loop")
 
 
-__all__ = ["Parser", "Call", "Frame", "Intrinsic", "is_runtime", "norm", "MAX_UNROLL", "math", "sys"]
+__all__ = ["Parser", "Call", "Frame", "Intrinsic", "is_runtime", "norm", "MAX_UNROLL"]

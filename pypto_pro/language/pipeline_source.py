@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
-import inspect
 import textwrap
 import types
 
@@ -116,5 +115,3 @@ def _pl_module():
     import pypto_pro.language as pl
     return pl
 
-
-__all__ = ["generated_module", "inspect"]

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, replace
 import sympy
 
 from pypto.dtypes import DataType
-from pypto.ir.block import CoreType
 
 from .errors import Span
 from .types import MemorySpace, TileType
@@ -126,7 +125,3 @@ class TensorValue:
     def __repr__(self) -> str:
         return f"<tensor {self.param}{list(self.shape)}>"
 
-
-@dataclass(frozen=True)
-class Section:
-    core: CoreType
