@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from .errors import PyptoError
 
-_state = {"backend": "reference"}
+_state = {"backend": "sim"}
 KNOWN = ("reference", "sim", "cpu", "npu")
 
 
