@@ -122,10 +122,10 @@ class SideEmitter:
         return n
 
     def define(self, v: Value, role: str, scope: Scope, subs: dict, dtype=None) -> str:
-        n = scope.lookup((id(v), role))
+        home = scope.home if (scope.home is not None and id(v) in scope.crossing) else scope
+        n = home.names.get((id(v), role))          # registered here: a state tile, an alias, a crossing value
         if n is not None and n in self.tiles:
             return n
-        home = scope.home if (scope.home is not None and id(v) in scope.crossing) else scope
         name = f"{v.hint}{v.id}{'' if role == 'ub' else '_' + role}{('_' + home.suffix) if home.suffix else ''}"
         home.names[(id(v), role)] = name
         return self.declare(name, v, role, subs, home.region, dtype)
@@ -230,7 +230,9 @@ class SideEmitter:
         var = loop.var
         A = Scope(scope, scope.suffix + "a", "a", 0)
         B = Scope(scope, scope.suffix + "b", "b", 1)
-        for X in (A, B):
+        EA = Scope(A, scope.suffix + "ae", "a", 0)          # the peeled last iterations (see below)
+        EB = Scope(scope, scope.suffix + "be", "b", 1)
+        for X in (A, B, EA, EB):
             for c in carries:
                 state = scope.lookup((id(c.result), role))
                 X.names[(id(c.phi), role)] = state
@@ -241,11 +243,18 @@ class SideEmitter:
                                default=len(it.body) - 1)
                     X.copy_after.setdefault(last, []).append((state, c.next))
         stage = self.stages.get(id(loop))
-        sa, sb = dict(subs), dict(subs)
-        sa[var], sb[var] = var, var + step
+
+        def at(x):
+            d = dict(subs)
+            d[var] = x
+            return d
+        # Unrolled by two and peeled: the loop body runs only whole pairs, unconditionally (a loop-carried
+        # set_flag behind a skipped `if` would fire without its producer); the last iteration(s) follow it.
         if stage is None:
-            body = self.emit_items(it.body, A, sa) + [If(sympy.Lt(var + step, stop), self.emit_items(it.body, B, sb))]
-            return pre + [For(var, start, stop, 2 * step, body, {"pipeline": 2}, loop.loc)]
+            body = self.emit_items(it.body, A, at(var)) + self.emit_items(it.body, B, at(var + step))
+            loop_stmt = For(var, start, stop - step, 2 * step, body, {"pipeline": 2}, loop.loc)
+            je = _peel_end(start, stop, step, 1)
+            return pre + [loop_stmt] + _when(sympy.Lt(je, stop), self.emit_items(it.body, EA, at(je)))
         s0 = {k for k, s in enumerate(stage) if s == 0}
         s1 = {k for k, s in enumerate(stage) if s == 1}
         crossing = self._crossing(it.body, stage)
@@ -255,14 +264,17 @@ class SideEmitter:
             if (id(c.next), role) in A.names:
                 P.names[(id(c.next), role)] = A.names[(id(c.next), role)]
         P.copy_after = A.copy_after
-        sp, s2 = dict(subs), dict(subs)
-        sp[var], s2[var] = start, var + 2 * step
-        prologue = If(sympy.Lt(start, stop), self.emit_items(it.body, P, sp, s0))
-        body = [If(sympy.Lt(var + step, stop), self.emit_items(it.body, B, sb, s0)),
-                *self.emit_items(it.body, A, sa, s1),
-                If(sympy.Lt(var + 2 * step, stop), self.emit_items(it.body, A, s2, s0)),
-                If(sympy.Lt(var + step, stop), self.emit_items(it.body, B, sb, s1))]
-        return pre + [prologue, For(var, start, stop, 2 * step, body, {"pipeline": 2, "skewed": True}, loop.loc)]
+        prologue = _when(sympy.Lt(start, stop), self.emit_items(it.body, P, at(start), s0))
+        body = [*self.emit_items(it.body, B, at(var + step), s0),
+                *self.emit_items(it.body, A, at(var), s1),
+                *self.emit_items(it.body, A, at(var + 2 * step), s0),
+                *self.emit_items(it.body, B, at(var + step), s1)]
+        loop_stmt = For(var, start, stop - 2 * step, 2 * step, body, {"pipeline": 2, "skewed": True}, loop.loc)
+        je = _peel_end(start, stop, step, 2)
+        epilogue = (_when(sympy.Lt(je + step, stop), self.emit_items(it.body, EB, at(je + step), s0))
+                    + _when(sympy.Lt(je, stop), self.emit_items(it.body, EA, at(je), s1))
+                    + _when(sympy.Lt(je + step, stop), self.emit_items(it.body, EB, at(je + step), s1)))
+        return pre + prologue + [loop_stmt] + epilogue
 
     def _crossing(self, items, stage) -> frozenset:
         d0 = set()
@@ -298,11 +310,13 @@ class SideEmitter:
         root = Scope(None, "", "state", 0)
         A = Scope(root, "a", "a", 0)
         B = Scope(root, "b", "b", 1)
-        body = self.emit_items(self.items, A, pids(T)) + \
-            [If(sympy.Lt(T + BLOCK_NUM, total), self.emit_items(self.items, B, pids(T + BLOCK_NUM)))]
-        loop = For(T, BLOCK_IDX, total, 2 * BLOCK_NUM, body, {"pipeline": 2}, self.program.loc)
+        E = Scope(root, "e", "a", 0)
+        body = self.emit_items(self.items, A, pids(T)) + self.emit_items(self.items, B, pids(T + BLOCK_NUM))
+        loop = For(T, BLOCK_IDX, total - BLOCK_NUM, 2 * BLOCK_NUM, body, {"pipeline": 2}, self.program.loc)
+        te = BLOCK_IDX + 2 * BLOCK_NUM * smax(0, sympy.ceiling((total - BLOCK_NUM - BLOCK_IDX) / (2 * BLOCK_NUM)))
+        stmts = [loop] + _when(sympy.Lt(te, total), self.emit_items(self.items, E, pids(te)))
         return Block(f"{name}_{'aic' if self.side == CUBE else 'aiv'}", self.core, list(self.gm.values()),
-                     list(g), list(self.tiles.values()), [loop], self.program.loc)
+                     list(g), list(self.tiles.values()), stmts, self.program.loc)
 
     # ------------------------------------------------------------------ ops
     def emit_op(self, op, scope: Scope, subs: dict) -> list:
@@ -440,6 +454,21 @@ class SideEmitter:
         ld = self.ins("TLOAD", [dst, self.ws_region(ch, v, scope, True)], {"_xc": (ch.id, scope.slot, "r")}, loc)
         self.anchors[id(ld)] = ld
         return [ld]
+
+
+def _when(cond, stmts: list) -> list:
+    """``stmts`` under ``if cond`` (dropped / unconditional when sympy decides the condition)."""
+    if cond is sympy.true or cond == True:     # noqa: E712
+        return stmts
+    if cond is sympy.false or cond == False or not stmts:     # noqa: E712
+        return []
+    return [If(cond, stmts)]
+
+
+def _peel_end(start, stop, step: int, lead: int):
+    """The first index the unrolled loop ``for j in range(start, stop - lead*step, 2*step)`` does not run."""
+    pair = 2 * step
+    return start + pair * smax(0, sympy.ceiling((sympy.sympify(stop) - lead * step - start) / pair))
 
 
 def c_others(c, loop):
