@@ -55,6 +55,7 @@ class TileParam:
     dtype: DataType
     shape: tuple
     mode: str = "in"          # in | out | inout
+    regions: list = field(default_factory=list)   # (buffer, offsets, extents) boxes the program touches
 
 
 @dataclass

@@ -112,7 +112,8 @@ def _build(name, a_acc, b_acc, a_desc, b_desc, a_info, b_info, out, out_acc, bat
 
     def param(acc, mode, dtype):
         pname = f"{mode}{sum(1 for p in params if p.mode == mode)}"
-        params.append(TileParam(pname, acc.buffer, dtype, tuple(acc.shape), mode))
+        params.append(TileParam(pname, acc.buffer, dtype, tuple(acc.shape), mode,
+                                [(acc.buffer, tuple(acc.offsets), tuple(acc.extents))]))
         return pname
 
     koff = k0 + k_axis.index * kt

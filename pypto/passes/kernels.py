@@ -206,8 +206,8 @@ def lower_blocks(tg: TileGraph, machine) -> BlockGraph:
                 regions[kname] = reg
             seen_programs[pkey] = (kname, block_dim, binding)
         gm_args = {q.name: q.buffer for q in p.params}
-        reads = [_whole(tg, q.buffer) for q in p.params if q.mode in ("in", "inout")]
-        writes = [_whole(tg, q.buffer) for q in p.params if q.mode in ("out", "inout")]
+        reads = [r for q in p.params if q.mode in ("in", "inout") for r in _regions(tg, q)]
+        writes = [r for q in p.params if q.mode in ("out", "inout") for r in _regions(tg, q)]
         return Task(kname, gm_args, binding, block_dim, reads, writes, p.loc, p.name)
 
     def rec(items):
@@ -221,6 +221,13 @@ def lower_blocks(tg: TileGraph, machine) -> BlockGraph:
     program = rec(tg.items)
     eg = ExecutionGraph(kernels, dict(tg.buffers), list(tg.inputs), list(tg.outputs), program, list(tg.symbols))
     return BlockGraph(eg, regions)
+
+
+def _regions(tg, q) -> list:
+    """The boxes a program reads or writes through param q (the whole bound buffer when unknown)."""
+    if not q.regions:
+        return [_whole(tg, q.buffer)]
+    return [Region(buf, tuple(offs), tuple(ext)) for buf, offs, ext in q.regions]
 
 
 def _whole(tg, name) -> Region:

@@ -101,10 +101,16 @@ def vector_tiles(tiler, sizes, modes) -> list:
                                                    or fixed[k] == 1) else max(1, hinted[k])
             if isinstance(sizes[k], int) and k not in fixed:
                 tiles[k] = min(tiles[k], sizes[k])
-        if working_set(tiler, tiles) > spec.capacity["UB"]:
-            raise TilingError(f"vector tile shape {list(tiles)} of this fused group needs about "
-                              f"{working_set(tiler, tiles)} bytes of UB with double buffering, over "
-                              f"{spec.capacity['UB']}", loc=loc)
+        # the hint fits its own op; the fused group around it may hold more values: shrink what it may
+        align = max(spec.alignment // max(tiler.g.info(m).dtype.itemsize for m in tiler.group.nodes), 1)
+        while working_set(tiler, tiles) > spec.capacity["UB"]:
+            movable = [k for k in range(n) if k not in fixed and tiles[k] > (align if k == canon.col else 1)]
+            if not movable:
+                raise TilingError(f"vector tile shape {list(tiles)} of this fused group needs about "
+                                  f"{working_set(tiler, tiles)} bytes of UB with double buffering, over "
+                                  f"{spec.capacity['UB']}", loc=loc)
+            k = max(movable, key=lambda j: tiles[j])
+            tiles[k] = max(tiles[k] // 2, align if k == canon.col else 1)
         return tiles
     return _auto(tiler, sizes, fixed)
 

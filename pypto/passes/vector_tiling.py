@@ -328,14 +328,18 @@ class VectorTiler:
             self.tile_of[key] = self._load(src, amap)
         return ("tile", self.tile_of[key], None)
 
-    def _param(self, buffer, shape, dtype, mode) -> str:
-        buf = self.views(buffer, shape)
+    def _param(self, acc, shape, dtype, mode) -> str:
+        buf = self.views(acc.buffer, shape)
         key = (buf, mode)
         if key not in self._param_of:
             idx = sum(1 for p in self.params if p.mode == mode)
             name = f"{mode}{idx}"
             self.params.append(TileParam(name, buf, dtype, tuple(shape), mode))
             self._param_of[key] = name
+        param = next(p for p in self.params if p.name == self._param_of[key])
+        box = (acc.buffer, tuple(acc.offsets), tuple(acc.extents))
+        if box not in param.regions:
+            param.regions.append(box)
         return self._param_of[key]
 
     def gm_view(self, acc, amap, present_axes):
@@ -404,7 +408,7 @@ class VectorTiler:
         has_col = bool(self.axes) and canon.col in axes
         info = self.g.info(src)
         shape, offsets, trans = self.gm_view(acc, amap, axes)
-        param = self._param(acc.buffer, shape, info.dtype, "in")
+        param = self._param(acc, shape, info.dtype, "in")
         phase = self._phase_of_axes(axes)
         t = self.new_tile(info.dtype, has_row, has_col, "x", phase)
         self.emit("TLOAD", [t, GMTile(param, offsets)], {"trans": True} if trans else None, phase=phase)
@@ -421,7 +425,7 @@ class VectorTiler:
         info = self.g.info(n)
         if self.tiles[tile].dtype != info.dtype:
             raise CompileError(f"internal: tile {tile} dtype {self.tiles[tile].dtype} != value dtype {info.dtype}")
-        param = self._param(acc.buffer, shape, info.dtype, "out")
+        param = self._param(acc, shape, info.dtype, "out")
         phase = "post" if n == self.group.seq_node else self.tiles[tile].phase
         # a value that lacks some parallel axes is written once: from the first tile along them
         missing = [k for k, a in enumerate(self.axes) if a.role == "parallel" and k not in axes

@@ -62,17 +62,8 @@ CASES = {
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_op_on_sim(name):
     fn, args = CASES[name]
-    if name == "constant":
-        pytest.skip("constant buffers need the runtime to read Buffer.data (sim: not yet)") \
-            if not _sim_reads_constants() else None
     tol = (1e-5, 1e-4) if name in ("bmm_mT", "matmul_vector") else None
     sim_vs_reference(fn, *args, tol=tol)
-
-
-def _sim_reads_constants() -> bool:
-    import inspect
-    import pypto.runtime.sim.buffers as b
-    return "data" in inspect.getsource(b)
 
 
 def test_every_registered_op_is_covered():
