@@ -124,3 +124,35 @@ def test_verifier_catches_planted_bugs(bug):
         _first(b, SetFlag).event = 99
     with pytest.raises(CompileError):
         verify_kernel(k, spec)
+
+
+@pytest.mark.parametrize("bug,message", [("drop_wait", "race"), ("reuse_event", "event"),
+                                         ("overlap", "overlap|clobber|race|live"), ("exceed_ub", "capacity")])
+def test_sim_catches_planted_bugs_in_lowered_kernels(bug, message):
+    """A lowered program, corrupted after the verifier, is rejected by the simulator's own checks."""
+    import re
+    from pypto.errors import SimError
+    from pypto.ir.block import For
+    from pypto.runtime import sim
+    x = rand((1024, 512), seed=5)
+    eg = lowered(lambda x: pypto.softmax(x, -1) * 2, x)
+    (k,) = eg.kernels.values()
+    b = k.blocks[0]
+    loop = next(s for s in b.body if isinstance(s, For))
+    if bug == "drop_wait":
+        wait = next(s for s in loop.body if isinstance(s, WaitFlag) and str(s.src) == "MTE2")
+        loop.body.remove(wait)
+    elif bug == "reuse_event":
+        sets = [s for s in b.body if isinstance(s, SetFlag)]
+        dup = SetFlag(sets[0].src, sets[0].dst, sets[0].event)
+        b.body.insert(b.body.index(sets[0]) + 1, dup)
+    elif bug == "overlap":
+        tiles = sorted((t for t in b.tiles if t.name.endswith("_1")), key=lambda t: t.addr)
+        first = sorted((t for t in b.tiles if t.name.endswith("_0")), key=lambda t: t.addr)
+        for t in tiles:
+            t.addr -= tiles[0].addr - first[0].addr      # copy 1 onto copy 0: both in flight at once
+    else:
+        b.tiles[-1].addr = pypto.get_machine().capacity["UB"] - 32
+    with pytest.raises(SimError) as e:
+        sim.run(eg, {"x": x}, {})
+    assert re.search(message, str(e.value), re.I), str(e.value)
