@@ -1,7 +1,8 @@
 """Chrome-trace JSON (Perfetto and chrome://tracing open it): one process per core (and one for the
 AICPU), one thread per pipe (thread 0 = the tasks the core ran); tasks, dispatches and instructions
 are complete ("X") slices, with the block name and the user's source line in their args; a pipe
-stalled on a wait_flag shows a grey "wait_flag" slice for the stall."""
+stalled on a wait_flag shows a grey "wait_flag" slice for the stall; counter tracks show the HBM and
+L2 bandwidth in use over time."""
 from __future__ import annotations
 
 import json
@@ -49,6 +50,7 @@ def build_trace(state, spec, dispatch_slices) -> dict:
         events.append({"name": cop.op, "ph": "X", "ts": start * us, "dur": (end - start) * us, "pid": pid,
                        "tid": 1 + p, "args": {"block": cop.block.name, "instr": cop.text, "loc": _loc(cop.loc)},
                        **({"cname": "grey"} if cop.kind != INSTR else {})})
+    _bandwidth_counters(events, state.gmem, spec, len(pids), meta)
     meta(0, 0, "process_name", "AICPU", 0)
     meta(0, 0, "thread_name", "control")
     for t in range(1, spec.cores.get("aicpu", 2)):
@@ -65,6 +67,22 @@ def build_trace(state, spec, dispatch_slices) -> dict:
     if dropped:
         out["otherData"]["dropped_instruction_events"] = dropped
     return out
+
+
+def _bandwidth_counters(events, gmem, spec, pid, meta, max_samples=2000):
+    """HBM and L2 bandwidth in use over time, as counter tracks (from the shared-memory calendar)."""
+    n = len(gmem.hbm)
+    if not n:
+        return
+    step = max(1, -(-n // max_samples))
+    cycles_per_s = spec.clock_ghz * 1e9
+    us = 1.0 / (spec.clock_ghz * 1e3)
+    for name, cal, cap in (("HBM GB/s", gmem.hbm, gmem.hbm_cap), ("L2 GB/s", gmem.l2, gmem.l2_cap)):
+        for b in range(0, n, step):
+            used = sum(cap - left for left in cal[b:b + step])
+            gbps = used / (step * gmem.W) * cycles_per_s / 1e9
+            events.append({"name": name, "ph": "C", "ts": b * gmem.W * us, "pid": pid, "args": {"GB/s": gbps}})
+    meta(pid, 0, "process_name", "shared memory", pid)
 
 
 def write_trace(path: str, state, spec, dispatch_slices) -> str:

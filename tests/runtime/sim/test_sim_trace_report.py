@@ -43,6 +43,9 @@ def test_trace_is_chrome_trace_json_with_a_track_per_core_and_pipe(tmp_path):
     tasks = [e for e in slices if e["tid"] == 0 and e["pid"] != 0]
     assert len(tasks) == 6 and all(t["args"]["block"] in ("mm_part", "relu_part") for t in tasks)
     assert any(e["name"].startswith("dispatch") and e["pid"] == 0 for e in slices)
+    counters = [e for e in events if e["ph"] == "C"]
+    assert counters and all(e["pid"] in procs and "GB/s" in e["args"] for e in counters)
+    assert max(e["args"]["GB/s"] for e in counters if e["name"] == "HBM GB/s") <= 1600.0 + 1e-6
     # pipes stalled on flags show the stall
     assert any(e["name"] in ("wait_flag", "cross_core_wait_flag") and e["dur"] > 0 for e in slices)
 
