@@ -122,8 +122,3 @@ class Unit:
             for r in runs:
                 r.finish_checks()
         return max(r.end_time() for r in runs)
-
-    def run_to_end(self) -> float:
-        while not self.step():
-            pass
-        return self.finish()

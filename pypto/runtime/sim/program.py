@@ -17,7 +17,7 @@ from ...ir.isa import ISA, MemSpace, Pipe, pipe_of
 from .exprs import constant, free_names, ident, to_source
 from .functional import fits_source, gm_fits_source, operand_shapes
 from .semantics import REGION, ROUND_MODES, SEMANTICS
-from .timing import PIPE_INDEX, S_PIPE, CostModel
+from .timing import PIPE_INDEX, CostModel
 
 INSTR, SET, WAIT, BARRIER, XSET, XWAIT = range(6)
 
@@ -49,7 +49,7 @@ class COp:
     __slots__ = ("kind", "pipe", "pipe_enum", "op", "stmt", "loc", "block", "text", "index",
                  "tiles", "reads", "writes", "region", "attrs", "sem", "gm_param", "gm_rank", "gm_itemsize",
                  "n_tiles", "scalar_at", "trans", "measure", "static", "dynamic_valid",
-                 "key", "other", "event", "flag", "is_gm", "kind_name", "fits", "gm_fits", "mcache", "nvalid",
+                 "key", "other", "event", "flag", "kind_name", "fits", "gm_fits", "mcache", "nvalid",
                  "read_atoms", "write_atoms")
 
     def __init__(self, kind, stmt, block, text):
@@ -60,7 +60,6 @@ class COp:
         self.static = None
         self.mcache = {}
         self.dynamic_valid = False
-        self.is_gm = False
         self.gm_param = None
         self.trans = False
         self.attrs = {}
@@ -206,7 +205,6 @@ class CompiledBlock:
             raise self._err(cop, f"TCVT round={cop.attrs.get('round')!r} is not one of {', '.join(ROUND_MODES)}")
         if spec_i.kind == "compare" and cop.attrs.get("cmp", "eq") not in ("eq", "ne", "lt", "le", "gt", "ge"):
             raise self._err(cop, f"{s.op} cmp={cop.attrs.get('cmp')!r} is not one of eq, ne, lt, le, gt, ge")
-        cop.is_gm = cop.region in ("load", "store")
         # accesses for the race / clobber checks (tile indices)
         if cop.region == "store":
             cop.reads, cop.writes = (tiles[0].index,), ()

@@ -12,7 +12,6 @@ from ...dtypes import DataType, float16, float32
 from ...errors import SourceLoc
 from ...ir.block import (BLOCK_IDX, BLOCK_NUM, SUBBLOCK_IDX, Block, CoreType, CrossCoreSetFlag, CrossCoreWaitFlag,
                          For, GMParam, GMRegion, If, Kernel, SetFlag, TileDecl, WaitFlag, instr)
-from ...ir.execution import Buffer, ExecutionGraph, Task
 from ...ir.isa import ISA, MemSpace, Pipe
 
 V, MTE2, MTE3, MTE1, M, FIX = Pipe.V, Pipe.MTE2, Pipe.MTE3, Pipe.MTE1, Pipe.M, Pipe.FIX
@@ -306,17 +305,3 @@ def matmul_relu_kernel(m, n, k, tm=64, tn=64, tk=64, dtype=float16) -> Kernel:
 def _walk_all(stmts):
     from ...ir.block import walk
     return walk(stmts)
-
-
-# ---------------------------------------------------------------------------------- graphs
-def one_task_graph(kernel: Kernel, shapes: dict, dtypes: dict, outputs, block_dim=1, workspaces=(),
-                   scalars=None) -> ExecutionGraph:
-    """An ExecutionGraph running ``kernel`` once over ``block_dim`` cores; buffers named as its GM params."""
-    bufs = {}
-    for name, shape in shapes.items():
-        role = "output" if name in outputs else ("workspace" if name in workspaces else "input")
-        bufs[name] = Buffer(name, tuple(shape), dtypes[name], role)
-    params = {g.name for b in kernel.blocks for g in b.gm_params}
-    task = Task(kernel.name, {p: p for p in params}, dict(scalars or {}), block_dim, name=kernel.name)
-    return ExecutionGraph({kernel.name: kernel}, bufs, [n for n in shapes if bufs[n].role == "input"],
-                          list(outputs), [task])

@@ -21,7 +21,6 @@ from __future__ import annotations
 import heapq
 
 from ...errors import PyptoError, SimError
-from ...ir.block import CoreType
 
 POLICIES = ("fifo", "locality")
 _SUBMIT, _DISPATCHED, _BLOCK_DONE = 0, 1, 2

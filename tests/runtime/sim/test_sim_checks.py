@@ -8,7 +8,7 @@ import torch
 from pypto import dtypes
 from pypto.errors import SimError
 from pypto.ir.block import (Block, CoreType, CrossCoreSetFlag, GMParam, GMRegion, Kernel, SetFlag, TileDecl,
-                            WaitFlag, instr, walk)
+                            WaitFlag, instr)
 from pypto.ir.isa import MemSpace, Pipe
 from pypto.runtime import sim
 from pypto.runtime.sim import samples as S
