@@ -90,3 +90,15 @@ def test_transcendentals_cost_more_than_arithmetic(slow, fast):
         rep = _timed(k, shapes, 1)
         return rep.utilization["AIV"]["V"] * rep.cycles          # V busy cycles (x 48 cores, same for both)
     assert cycles(slow) > 2 * cycles(fast)
+
+
+def test_l2_serves_re_read_boxes_until_evicted():
+    import dataclasses
+    shapes = {"a": (1024, 1024), "b": (1024, 1024), "c_out": (1024, 1024)}
+    k = S.matmul_kernel(1024, 1024, 1024, 128, 256, 64)
+    big = _timed(k, shapes, 24)
+    tiny = dataclasses.replace(SPEC, memory={**SPEC.memory, "l2_bytes": 64 * 1024})
+    _, small = sim.run_kernel(k, shapes, {}, block_dim=24, timing_only=True, machine=tiny)
+    assert big.l2_hit_bytes > 0.5 * big.gm_bytes            # A row panels and B column panels come back
+    assert small.l2_hit_bytes < 0.2 * big.l2_hit_bytes       # a 64 KiB L2 keeps almost nothing
+    assert small.cycles > big.cycles                         # and the kernel waits on HBM instead
