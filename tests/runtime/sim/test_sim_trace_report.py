@@ -78,3 +78,10 @@ def test_cpu_style_report_prints_without_simulated_figures():
     r = Report(backend="cpu", wall_s=0.5)
     assert r.cycles is None and r.roofline_fraction is None
     assert "cpu" in str(r) and r.to_dict()["wall_s"] == 0.5
+
+
+def test_timing_only_from_environment(monkeypatch):
+    monkeypatch.setenv("PYPTO_TIMING_ONLY", "1")
+    out, rep = _mix_run()
+    assert rep.timing_only and out["out"].device.type == "meta" and out["out"].shape == (128, 64)
+    assert any("timing-only" in n for n in rep.notes)
