@@ -1,9 +1,10 @@
 """PTO-ISA C++ types for Block IR tiles and GM tensor views.
 
-Vector tiles (UB) are row-major ``Tile<TileType::Vec, ...>``; a tile whose rows are not 32-byte
-multiples but whose columns are (e.g. the [rows, 1] result of a row reduction) is declared
-column-major, which is the same memory for a single column and satisfies the device's alignment
-rule. L1 tiles feed the cube and use the NZ fractal layout (TLOAD converts from ND GM);
+Vector tiles (UB) are row-major ``Tile<TileType::Vec, ...>``, except a tile with one valid
+column (the [rows, 1] result of a row reduction, the column a TROWEXPAND* reads) or with
+columns that are not 32-byte multiples while its rows are: those are column-major — the same
+memory for a single column, and the form pto-isa's row-expand instructions and alignment rules
+expect. L1 tiles feed the cube and use the NZ fractal layout (TLOAD converts from ND GM);
 L0A / L0B / L0C use the TileLeft / TileRight / TileAcc aliases of the target.
 """
 from __future__ import annotations
@@ -39,8 +40,9 @@ def tile_type(t: TileDecl) -> str:
     el = t.dtype.cpp
     space = MemSpace(t.space)
     if space == MemSpace.UB:
-        col_major = t.layout == "DN" or (
-            (cols * t.dtype.itemsize) % ALIGN_BYTES != 0 and (rows * t.dtype.itemsize) % ALIGN_BYTES == 0)
+        rows_aligned = (rows * t.dtype.itemsize) % ALIGN_BYTES == 0
+        one_column = is_static(t.valid_shape[1]) and int(t.valid_shape[1]) == 1
+        col_major = t.layout == "DN" or (rows_aligned and (one_column or (cols * t.dtype.itemsize) % ALIGN_BYTES != 0))
         layout = "BLayout::ColMajor" if col_major else "BLayout::RowMajor"
         return f"Tile<TileType::Vec, {el}, {rows}, {cols}, {layout}, {vr}, {vc}>"
     if space == MemSpace.L1:

@@ -67,6 +67,8 @@ class Buffers:
 
     def _own(self, name, b, t):
         shape = self.shapes[name]
+        if t is None and b.role == "constant" and getattr(b, "data", None) is not None:
+            t = b.data                       # a constant captured at trace time
         if t is None:
             if b.role in ("input", "constant"):
                 raise PyptoError(f"input '{name}' ({b.dtype}{list(b.shape)}) has no argument")

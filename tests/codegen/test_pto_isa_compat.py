@@ -1,0 +1,164 @@
+"""Generated kernels against the public pto-isa headers (hw-native-sys/pto-isa): compiled with
+-D__CPU_SIM (pto-isa's own CPU simulation of its tile API) and run against the same references.
+
+Skipped unless PTO_ISA_ROOT points at a pto-isa checkout (its code is never part of pypto). g++ 12
+rejects pto-isa's ``static_assert(false, ...)`` in templates (C++23 / GCC 13 accept it), so the test
+puts a patched copy of each such header in a temporary directory ahead of the checkout.
+
+Known differences, kept as expectations below:
+  - pto-isa's CPU simulation has no bf16 type before C++23 (bfloat16_t is a placeholder), so bf16
+    kernels are not compared;
+  - pto-isa's TCMP / TCMPS write bit-packed masks and TSEL reads them; Block IR (and the cpu / sim
+    backends) use one 0/1 element per element.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime" / "cpu"))
+import cpu_kernels as ck  # noqa: E402
+
+from pypto import dtypes  # noqa: E402
+from pypto.codegen import generate_module  # noqa: E402
+from pypto.runtime import cpu  # noqa: E402
+from pypto.runtime.cpu import compiler  # noqa: E402
+
+ROOT = os.environ.get("PTO_ISA_ROOT")
+pytestmark = pytest.mark.skipif(not ROOT or not (Path(ROOT) / "include" / "pto" / "pto-inst.hpp").exists(),
+                                reason="set PTO_ISA_ROOT to a checkout of hw-native-sys/pto-isa")
+
+F32, F16, I32 = dtypes.float32, dtypes.float16, dtypes.int32
+FLAGS = ("-std=c++20", "-O2", "-fPIC", "-shared", "-pthread", "-D__CPU_SIM", "-w")
+# ops of the every-instruction kernel whose results differ by design on pto-isa (see the docstring)
+MASK_OPS = {"TCMP", "TCMPS", "TSEL", "TISFINITE"}
+
+
+@pytest.fixture(scope="module")
+def shadow(tmp_path_factory) -> Path:
+    """Copies of pto-isa headers whose ``static_assert(false`` sits in a template over ``DType``, made
+    dependent on it (g++ 12 compatibility)."""
+    out = tmp_path_factory.mktemp("pto_isa_shadow")
+    include = Path(ROOT) / "include"
+    for path in include.rglob("*.hpp"):
+        text = path.read_text(errors="replace")
+        if "static_assert(false" in text and "typename DType" in text:
+            target = out / path.relative_to(include)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(re.sub(r"static_assert\(false\s*,", "static_assert(sizeof(DType) == 0,", text))
+    return out
+
+
+def build_against_pto_isa(kernel, shadow) -> Path:
+    """The shared library of ``kernel`` compiled against pto-isa's headers (cached like any build)."""
+    module = generate_module([kernel])
+    dirs = (shadow, Path(ROOT) / "include", compiler.INCLUDE_DIR)
+    return compiler.build(module.files, flags=FLAGS, include_dirs=dirs).library
+
+
+_CHILD = """
+import sys, torch
+sys.path[:0] = [{kernels_dir!r}, {repo!r}]
+torch.set_num_threads(1)
+import cpu_kernels as ck
+from pypto import dtypes
+from pypto.codegen import generate_module
+from pypto.runtime import cpu
+from pypto.runtime.cpu.library import KernelLibrary
+kernel = eval({expr!r}, {{"ck": ck, "dtypes": dtypes}})
+lib = KernelLibrary({library!r}, generate_module([kernel]).abis, {{kernel.name: kernel}})
+tensors = torch.load({inputs!r})
+graph, tensors = cpu.one_task_graph(kernel, tensors, {scalars!r}, {block_dim!r})
+cpu.run_with(cpu.KernelSet({{kernel.name: (lib, kernel.name)}}), graph, tensors, {{}}, threads=1)
+torch.save(tensors, {outputs!r})
+"""
+
+
+def run_both(expr, args, block_dim, shadow, tmp_path, scalars=None):
+    """(results on pto-isa's headers, results on pypto's): the kernel's GM tensors after one launch.
+    The pto-isa run is a fresh process (its CPU simulation's asserts abort); its failure fails the test."""
+    kernel = eval(expr, {"ck": ck, "dtypes": dtypes})
+    library = build_against_pto_isa(kernel, shadow)
+    inputs, outputs = tmp_path / "inputs.pt", tmp_path / "outputs.pt"
+    torch.save(args, inputs)
+    code = _CHILD.format(kernels_dir=str(Path(ck.__file__).parent), repo=str(Path(__file__).resolve().parents[2]),
+                         expr=expr, library=str(library), inputs=str(inputs), outputs=str(outputs),
+                         scalars=scalars or {}, block_dim=block_dim)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        pytest.fail(f"{kernel.name} on pto-isa's headers (exit {proc.returncode}):\n{proc.stderr[-1500:]}")
+    graph, ours = cpu.one_task_graph(kernel, {k: v.clone() for k, v in args.items()}, scalars, block_dim)
+    cpu.run(graph, ours, {})
+    return torch.load(outputs), ours
+
+
+CASES = {
+    "vector_add f32": ("ck.vector_add(dtypes.float32)", lambda: {"x": torch.randn(77, 256), "y": torch.randn(77, 256),
+                                                             "z": torch.zeros(77, 256)}, 3, "z"),
+    "vector_add f16": ("ck.vector_add(dtypes.float16)", lambda: {"x": torch.randn(77, 256).half(),
+                                                             "y": torch.randn(77, 256).half(),
+                                                             "z": torch.zeros(77, 256).half()}, 3, "z"),
+    "softmax f32": ("ck.softmax_rows(dtypes.float32)", lambda: {"x": torch.randn(45, 256), "y": torch.zeros(45, 256)},
+                    2, "y"),
+    "softmax f16": ("ck.softmax_rows(dtypes.float16)", lambda: {"x": torch.randn(45, 256).half(),
+                                                           "y": torch.zeros(45, 256).half()}, 2, "y"),
+    "rms_norm f32": ("ck.rms_norm(dtypes.float32)", lambda: {"x": torch.randn(45, 256), "w": torch.randn(256),
+                                                        "y": torch.zeros(45, 256)}, 2, "y"),
+    "rms_norm f16": ("ck.rms_norm(dtypes.float16)", lambda: {"x": torch.randn(45, 256).half(),
+                                                        "w": torch.randn(256).half(),
+                                                        "y": torch.zeros(45, 256).half()}, 2, "y"),
+    "matmul f32": ("ck.matmul(dtypes.float32)", lambda: {"a": torch.randn(100, 70), "b": torch.randn(70, 130),
+                                                    "c": torch.zeros(100, 130)}, 6, "c"),
+    "matmul f16": ("ck.matmul(dtypes.float16)", lambda: {"a": torch.randn(100, 70).half(),
+                                                    "b": torch.randn(70, 130).half(),
+                                                    "c": torch.zeros(100, 130)}, 6, "c"),
+    "matmul_relu f16 (cube + vector)": ("ck.matmul_relu(dtypes.float16)",
+                                        lambda: {"a": torch.randn(100, 70).half(), "b": torch.randn(70, 130).half(),
+                                                 "ws": torch.zeros(100, 130), "c": torch.zeros(100, 130).half()},
+                                        math.ceil(100 / 32) * 3, "c"),
+    "scale_rows f32 (scalar params)": ("ck.scale_rows()", None, 1, "y"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_kernel_compiles_and_matches(name, shadow, tmp_path):
+    expr, inputs, block_dim, out = CASES[name]
+    if inputs is None:       # a kernel with scalar parameters
+        args = {"x": torch.randn(20, 256), "y": torch.zeros(20, 256)}
+        theirs, _ = run_both(expr, args, 1, shadow, tmp_path, {"r0": 8, "alpha": 1.5})
+        torch.testing.assert_close(theirs["y"][8:16], 1.5 * args["x"][8:16])
+        return
+    theirs, ours = run_both(expr, inputs(), block_dim, shadow, tmp_path)
+    dt = ours[out].dtype
+    rtol, atol = (1e-3, 1e-3) if dt == torch.float16 else (1e-5, 1e-4)
+    torch.testing.assert_close(theirs[out].float(), ours[out].float(), rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", [F32, I32], ids=str)
+def test_every_instruction(dtype, shadow, tmp_path):
+    _, counts = ck.every_op(dtype)
+    args = ck.every_op_inputs(dtype)
+    for out, n in counts.items():
+        dt = {"out_bool": torch.bool, "out_idx": torch.int32}.get(out, dtype.torch_dtype)
+        args[out] = torch.zeros(n, ck.OP_TILE, ck.OP_TILE, dtype=dt)
+    theirs, ours = run_both(f"ck.every_op(dtypes.{dtype.name})[0]", args, 1, shadow, tmp_path)
+    differ = set()
+    slot = {}
+    for op, _, kind, _, attrs in ck.op_table(dtype):
+        out = ck._OUTPUTS[kind]
+        k = slot.get(out, 0)
+        slot[out] = k + 1
+        a, b = theirs[out][k], ours[out][k]
+        same = torch.equal(a, b) if not a.dtype.is_floating_point else \
+            torch.allclose(a.float(), b.float(), rtol=1e-5, atol=1e-5, equal_nan=True)
+        if not same:
+            differ.add(op)
+    print(f"\npto-isa vs pypto, {dtype}: differing ops {sorted(differ)}")
+    assert differ <= MASK_OPS, f"ops that differ on pto-isa beyond the known mask format: {sorted(differ - MASK_OPS)}"
