@@ -61,10 +61,14 @@ def _values(program):
     return vals(program)
 
 
-def plan_stages(program: KernelProgram, pl: Placement, sides) -> dict:
+def plan_stages(program: KernelProgram, pl: Placement, sides) -> tuple:
+    """-> ({side: {id(loop): stages}}, {id(loop): copies}): the software-pipelined loops of each side and
+    how many times every loop is unrolled (both sides of a loop unroll it alike: the handoff slots
+    follow the iteration number)."""
     values = _values(program)
     per_side = {s: _loop_items(side_items(program.body, s, pl), {}) for s in sides}
     stages = {s: {} for s in sides}
+    unroll = {}
     loops = set().union(*(set(d) for d in per_side.values())) if per_side else set()
     for lid in loops:
         plans = {}
@@ -74,13 +78,28 @@ def plan_stages(program: KernelProgram, pl: Placement, sides) -> dict:
                 plans[s] = skew.plan(it.body, it.loop, s, pl, values)
         if not any(p is not None for p in plans.values()):
             continue
-        seqs = [skew.handoff_events(per_side[s][lid].body, plans[s], 6) for s in plans]
-        if not skew.deadlock_free(seqs):
+        seqs = [skew.handoff_events(per_side[s][lid].body, plans[s], 8, skew.SKEW) for s in plans]
+        if not skew.deadlock_free(seqs, skew.SKEW + 1):
             continue
+        unroll[lid] = skew.SKEW + 1
         for s, p in plans.items():
             if p is not None:
                 stages[s][lid] = p
-    return stages
+    return stages, unroll
+
+
+def channel_slots(program: KernelProgram, pl: Placement, unroll: dict) -> dict:
+    """Workspace slots per channel: the unroll factor of the innermost loop where the tile is handed over."""
+    owner = {}
+    for lp in _all_loops(program.body):
+        for c in lp.carried:
+            owner[id(c.phi)] = lp
+            owner[id(c.result)] = lp.parent
+    out = {}
+    for vid, ch in pl.channels.items():
+        lp = owner.get(vid, ch.value.loop) if vid in owner else ch.value.loop
+        out[ch.id] = unroll.get(id(lp), 2) if lp is not None else 2
+    return out
 
 
 def _plan(block, machine, regions, tile_loc):
@@ -107,6 +126,40 @@ def _plan(block, machine, regions, tile_loc):
     return kept
 
 
+class _TooManyEvents(Exception):
+    pass
+
+
+def _build(program, pl, machine, sides, stages, unroll):
+    """Block IR of every side: emission, memory plan and pipe sync. Copies of loop tiles get their own
+    memory regions (true double buffering) unless that needs more set/wait events than the machine
+    has, then the vector buffer, then every space, is planned by liveness alone."""
+    from ..ir.isa import MemSpace
+    slots = channel_slots(program, pl, unroll)
+    blocks, double = [], {}
+    for s in sides:
+        for mode in ("copies", "shared-ub", "shared"):
+            em = SideEmitter(s, program, pl, machine, stages[s], unroll, slots)
+            block = em.build(program.name)
+            regions = dict(em.regions)
+            if mode != "copies":
+                regions = {t: r for t, r in regions.items()
+                           if mode == "shared-ub" and em.tiles[t].space != MemSpace.UB}
+            kept = _plan(block, machine, regions, _tile_locs(em, program))
+            try:
+                insert_sync(block, machine)
+                break
+            except CompileError as e:
+                if "events in flight" not in str(e):
+                    raise
+        else:
+            raise _TooManyEvents()
+        double.update({k: v and mode == "copies" for k, v in kept.items()})
+        insert_cross_core(block, pl.channel_list(), s, slots)
+        blocks.append(block)
+    return blocks, double, slots
+
+
 def compile_program(program: KernelProgram, backend: str, machine, options: dict) -> CompiledTile:
     prepare(program)
     _dump(program, options, "tile_program.txt", str(program))
@@ -114,21 +167,18 @@ def compile_program(program: KernelProgram, backend: str, machine, options: dict
         return CompiledTile(program)
     pl = place(program)
     sides = [s for s in (CUBE, VECTOR) if pl.kind in (s, "cluster")]
-    stages = plan_stages(program, pl, sides)
-    blocks, double = [], {}
+    stages, unroll = plan_stages(program, pl, sides)
+    try:
+        blocks, double, slots = _build(program, pl, machine, sides, stages, unroll)
+    except _TooManyEvents:
+        # deeper pipelining needs more set/wait events than a pipe pair has: fall back to double buffering
+        stages, unroll = {s: {} for s in sides}, {}
+        blocks, double, slots = _build(program, pl, machine, sides, stages, unroll)
     skewed = sorted({str(lp.var) for s in sides for lp in _all_loops(program.body) if id(lp) in stages[s]})
-    for s in sides:
-        em = SideEmitter(s, program, pl, machine, stages[s])
-        block = em.build(program.name)
-        tile_loc = _tile_locs(em, program)
-        double.update(_plan(block, machine, dict(em.regions), tile_loc))
-        insert_sync(block, machine)
-        insert_cross_core(block, pl.channel_list(), s)
-        blocks.append(block)
     kernel = Kernel(program.name, blocks, program.loc)
     if os.environ.get("PYPTO_VERIFY", "") not in ("", "0") or options.get("verify"):
         verify_kernel(kernel, machine)
-    workspaces = [Workspace(c.param, 2 * c.value.shape[0], c.value.shape[1], c.value.dtype)
+    workspaces = [Workspace(c.param, slots[c.id] * c.value.shape[0], c.value.shape[1], c.value.dtype)
                   for c in pl.channel_list()]
     _dump(program, options, "kernel.pto", str(kernel))
     return CompiledTile(program, kernel, pl, workspaces, skewed, double)

@@ -21,7 +21,7 @@ from .. import symbolic as sym
 from ..dtypes import DataType, float32, int32
 from ..errors import CompileError
 from ..ir.block import (BLOCK_IDX, BLOCK_NUM, SUBBLOCK_IDX, Block, CoreType, For, GMParam, GMRegion, If,
-                        TileDecl, instr)
+                        TileDecl, instr, walk_instrs)
 from ..ir.isa import MemSpace
 from .exprs import smax, smin, subs as fast_subs
 from .ir import KernelProgram, Loop, Value
@@ -60,8 +60,11 @@ def _sx(e, subs):
 
 
 class SideEmitter:
-    def __init__(self, side: str, program: KernelProgram, pl: Placement, machine, stages: dict):
+    def __init__(self, side: str, program: KernelProgram, pl: Placement, machine, stages: dict,
+                 unroll: dict | None = None, slots: dict | None = None):
         self.side, self.program, self.pl, self.machine = side, program, pl, machine
+        self.unroll = unroll or {}                 # id(loop) -> copies (2, or skew distance + 1)
+        self.slots = slots or {}                   # channel id -> workspace slots per block
         self.core = CoreType.AIC if side == CUBE else CoreType.AIV
         self.stages = stages                       # id(loop) -> stage list (skewed loops of this side)
         self.tiles: dict = {}
@@ -147,7 +150,7 @@ class SideEmitter:
         if ch.param not in self.gm:
             wrows = sympy.Symbol(f"{ch.param}_rows", integer=True, positive=True)
             self.gm[ch.param] = GMParam(ch.param, v.dtype, (wrows, v.shape[1]))
-        off = (BLOCK_IDX * 2 + scope.slot) * rows
+        off = (BLOCK_IDX * self.slots.get(ch.id, 2) + scope.slot) * rows
         if sub_rows:
             off = off + self.row_offset(v)
         return GMRegion(ch.param, (off, 0))
@@ -228,11 +231,13 @@ class SideEmitter:
             if self.side == VECTOR and scope.lookup((id(c.init), role)) != state:
                 pre.append(self.ins("TMOV_V", [state, self.name_of(c.init, role, scope)], loc=loop.loc))
         var = loop.var
-        A = Scope(scope, scope.suffix + "a", "a", 0)
-        B = Scope(scope, scope.suffix + "b", "b", 1)
-        EA = Scope(A, scope.suffix + "ae", "a", 0)          # the peeled last iterations (see below)
-        EB = Scope(scope, scope.suffix + "be", "b", 1)
-        for X in (A, B, EA, EB):
+        stage = self.stages.get(id(loop))
+        U = self.unroll.get(id(loop), 2)
+        D = U - 1 if stage is not None else 0
+        letters = "abcdefgh"
+        copies = [Scope(scope, scope.suffix + letters[i], f"c{i}", i) for i in range(U)]
+
+        def prepare(X):
             for c in carries:
                 state = scope.lookup((id(c.result), role))
                 X.names[(id(c.phi), role)] = state
@@ -242,39 +247,62 @@ class SideEmitter:
                     last = max([k for k, b in enumerate(it.body) if id(c.next) in b.defs or id(c.phi) in b.uses],
                                default=len(it.body) - 1)
                     X.copy_after.setdefault(last, []).append((state, c.next))
-        stage = self.stages.get(id(loop))
+            return X
 
-        def at(x):
+        for X in copies:
+            prepare(X)
+
+        def at(i):
             d = dict(subs)
-            d[var] = x
+            d[var] = var + i * step if not isinstance(i, sympy.Basic) else i
             return d
-        # Unrolled by two and peeled: the loop body runs only whole pairs, unconditionally (a loop-carried
-        # set_flag behind a skipped `if` would fire without its producer); the last iteration(s) follow it.
+
+        def sub(i, tag, home=False, crossing=frozenset()):
+            c = copies[i]
+            return prepare(Scope(c, c.suffix + tag, c.region, c.slot, c if home else None, crossing))
+
+        # Unrolled U times and peeled: the loop body runs whole groups of U iterations, unconditionally (a
+        # loop-carried set_flag behind a skipped `if` would fire without its producer); the last ones follow.
         if stage is None:
-            body = self.emit_items(it.body, A, at(var)) + self.emit_items(it.body, B, at(var + step))
-            loop_stmt = For(var, start, stop - step, 2 * step, body, {"pipeline": 2}, loop.loc)
-            je = _peel_end(start, stop, step, 1)
-            return pre + [loop_stmt] + _when(sympy.Lt(je, stop), self.emit_items(it.body, EA, at(je)))
+            body = [x for i in range(U) for x in self.emit_items(it.body, copies[i], at(i))]
+            loop_stmt = For(var, start, stop - (U - 1) * step, U * step, body, {"pipeline": U}, loop.loc)
+            je = _peel_end(start, stop, step, U, U - 1)
+            epi = []
+            for i in range(U - 1):
+                d = dict(subs)
+                d[var] = je + i * step
+                epi += _when(sympy.Lt(je + i * step, stop), self.emit_items(it.body, sub(i, "e"), d))
+            return pre + [loop_stmt] + epi
         s0 = {k for k, s in enumerate(stage) if s == 0}
         s1 = {k for k, s in enumerate(stage) if s == 1}
         crossing = self._crossing(it.body, stage)
-        P = Scope(A, scope.suffix + "ap", "a", 0, home=A, crossing=crossing)
-        for c in carries:
-            P.names[(id(c.phi), role)] = A.names[(id(c.phi), role)]
-            if (id(c.next), role) in A.names:
-                P.names[(id(c.next), role)] = A.names[(id(c.next), role)]
-        P.copy_after = A.copy_after
-        prologue = _when(sympy.Lt(start, stop), self.emit_items(it.body, P, at(start), s0))
-        body = [*self.emit_items(it.body, B, at(var + step), s0),
-                *self.emit_items(it.body, A, at(var), s1),
-                *self.emit_items(it.body, A, at(var + 2 * step), s0),
-                *self.emit_items(it.body, B, at(var + step), s1)]
-        loop_stmt = For(var, start, stop - 2 * step, 2 * step, body, {"pipeline": 2, "skewed": True}, loop.loc)
-        je = _peel_end(start, stop, step, 2)
-        epilogue = (_when(sympy.Lt(je + step, stop), self.emit_items(it.body, EB, at(je + step), s0))
-                    + _when(sympy.Lt(je, stop), self.emit_items(it.body, EA, at(je), s1))
-                    + _when(sympy.Lt(je + step, stop), self.emit_items(it.body, EB, at(je + step), s1)))
-        return pre + prologue + [loop_stmt] + epilogue
+
+        def it_at(base, i):
+            d = dict(subs)
+            d[var] = base + i * step
+            return d
+        prologue = []
+        for i in range(D):
+            P = sub(i, "p", True, crossing)
+            prologue += _when(sympy.Lt(start + i * step, stop), self.emit_items(it.body, P, it_at(start, i), s0))
+        body = []
+        for i in range(U):
+            c = (i + D) % U
+            body += self.emit_items(it.body, copies[c], at(i + D), s0)
+            body += self.emit_items(it.body, copies[i], at(i), s1)
+        lead = U + D - 1
+        loop_stmt = For(var, start, stop - lead * step, U * step, body, {"pipeline": U, "skewed": D}, loop.loc)
+        je = _peel_end(start, stop, step, U, lead)
+        epi = []
+        e1 = [sub(i, "e", True, crossing) for i in range(U)]
+        for i in range(U):
+            c = (i + D) % U
+            epi += _when(sympy.Lt(je + (i + D) * step, stop), self.emit_items(it.body, e1[c], it_at(je, i + D), s0))
+            epi += _when(sympy.Lt(je + i * step, stop), self.emit_items(it.body, e1[i], it_at(je, i), s1))
+        for i in range(D):
+            epi += _when(sympy.Lt(je + (U + i) * step, stop),
+                         self.emit_items(it.body, sub(i, "f"), it_at(je, U + i), s1))
+        return pre + prologue + [loop_stmt] + epi
 
     def _crossing(self, items, stage) -> frozenset:
         d0 = set()
@@ -308,13 +336,16 @@ class SideEmitter:
                 stride = stride * g[k]
             return out
         root = Scope(None, "", "state", 0)
-        A = Scope(root, "a", "a", 0)
-        B = Scope(root, "b", "b", 1)
-        E = Scope(root, "e", "a", 0)
+        A = Scope(root, "a", "c0", 0)
+        B = Scope(root, "b", "c1", 1)
+        E = Scope(root, "e", "c0", 0)
         body = self.emit_items(self.items, A, pids(T)) + self.emit_items(self.items, B, pids(T + BLOCK_NUM))
         loop = For(T, BLOCK_IDX, total - BLOCK_NUM, 2 * BLOCK_NUM, body, {"pipeline": 2}, self.program.loc)
         te = BLOCK_IDX + 2 * BLOCK_NUM * smax(0, sympy.ceiling((total - BLOCK_NUM - BLOCK_IDX) / (2 * BLOCK_NUM)))
         stmts = [loop] + _when(sympy.Lt(te, total), self.emit_items(self.items, E, pids(te)))
+        used = {n for ins in walk_instrs(stmts) for n in ins.tile_operands()}
+        self.tiles = {n: t for n, t in self.tiles.items() if n in used}      # copies a folded `if` dropped
+        self.regions = {n: r for n, r in self.regions.items() if n in used}
         return Block(f"{name}_{'aic' if self.side == CUBE else 'aiv'}", self.core, list(self.gm.values()),
                      list(g), list(self.tiles.values()), stmts, self.program.loc)
 
@@ -465,10 +496,10 @@ def _when(cond, stmts: list) -> list:
     return [If(cond, stmts)]
 
 
-def _peel_end(start, stop, step: int, lead: int):
-    """The first index the unrolled loop ``for j in range(start, stop - lead*step, 2*step)`` does not run."""
-    pair = 2 * step
-    return start + pair * smax(0, sympy.ceiling((sympy.sympify(stop) - lead * step - start) / pair))
+def _peel_end(start, stop, step: int, unroll: int, lead: int):
+    """The first index the loop ``for j in range(start, stop - lead*step, unroll*step)`` does not run."""
+    group = unroll * step
+    return start + group * smax(0, sympy.ceiling((sympy.sympify(stop) - lead * step - start) / group))
 
 
 def c_others(c, loop):

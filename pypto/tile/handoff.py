@@ -1,10 +1,12 @@
 """Cross-core flags for the cube <-> vector handoffs (GM workspace slots).
 
-Every handoff store / load carries ``attrs["_xc"] = (channel, slot, "w" | "r")``. Each (channel, slot) has
-two flags: ``full`` (writer -> reader) and ``empty`` (reader -> writer). The writer waits ``empty``
-before its store and sets ``full`` after it; the reader waits ``full`` before its load and sets
-``empty`` once the load is done. The reader starts with one ``empty`` per slot (set at its start) and
-the writer consumes the last ones at its end, so every set has its wait whatever the trip counts. On
+Every handoff store / load carries ``attrs["_xc"] = (channel, slot, "w" | "r")``. Each channel has two
+counting flags: ``full`` (writer -> reader) and ``empty`` (reader -> writer). Both sides use a channel's
+slots in the same order (slot = iteration number modulo the slots), so the k-th ``full`` is the k-th
+store. The writer waits ``empty`` before its store and sets ``full`` after it; the reader waits
+``full`` before its load and sets ``empty`` once the load is done. The reader starts with one ``empty``
+per slot (set at its start) and the writer consumes the last ones at its end, so every set has its
+wait whatever the trip counts. On
 a2a3 a cube set reaches both vector cores of the cluster and a cube wait needs the set of both, so the
 two vector halves of a split tile take part in the same protocol.
 """
@@ -17,9 +19,9 @@ from ..ir.isa import Pipe
 FLAGS = 16
 
 
-def flags_of(channel: int, slot: int) -> tuple[int, int]:
-    """(full, empty) flag ids of a workspace slot."""
-    return 4 * channel + 2 * slot, 4 * channel + 2 * slot + 1
+def flags_of(channel: int) -> tuple[int, int]:
+    """(full, empty) flag ids of a channel."""
+    return 2 * channel, 2 * channel + 1
 
 
 def _marked(stmt):
@@ -30,10 +32,10 @@ def _marked(stmt):
     return None
 
 
-def insert_cross_core(block, channels: list, side: str) -> None:
-    if 4 * len(channels) > FLAGS:
+def insert_cross_core(block, channels: list, side: str, slots: dict) -> None:
+    if 2 * len(channels) > FLAGS:
         raise CompileError(f"{len(channels)} tiles cross between the cube and the vector cores; the cluster has "
-                           f"{FLAGS} cross-core flags (4 per handed-over tile)",
+                           f"{FLAGS} cross-core flags (2 per handed-over tile)",
                            hint="hand fewer tiles over (fuse the work on one side)", loc=block.loc)
     store_pipe = {}
 
@@ -43,7 +45,7 @@ def insert_cross_core(block, channels: list, side: str) -> None:
             m = _marked(s)
             if m is not None:
                 ch, slot, role = m.attrs.pop("_xc")
-                full, empty = flags_of(ch, slot)
+                full, empty = flags_of(ch)
                 wait, set_ = (empty, full) if role == "w" else (full, empty)
                 if role == "w":
                     store_pipe[ch] = m.pipe
@@ -59,8 +61,8 @@ def insert_cross_core(block, channels: list, side: str) -> None:
     block.body = rec(block.body)
     pro, epi = [], []
     for c in channels:
-        for slot in (0, 1):
-            full, empty = flags_of(c.id, slot)
+        for _ in range(slots.get(c.id, 2)):
+            full, empty = flags_of(c.id)
             if c.dst == side:
                 pro.append(CrossCoreSetFlag(Pipe.MTE2, empty))
             elif c.src == side:

@@ -4,7 +4,7 @@ attention, the vector cores wait for P @ V): the body is cut in two stages at it
     s0 = what does not depend on that receive  (e.g. cube: load K_j, S_j = Q K_j^T, send S_j)
     s1 = the receive and what depends on it    (e.g. cube: receive P_j, P_j V_j, send O_j)
 
-and iteration j+1's s0 runs before iteration j's s1, so the two cores work on neighbouring iterations at
+and iteration j+D's s0 runs before iteration j's s1 (D = SKEW, 2), so the two cores work on neighbouring iterations at
 the same time instead of waiting for each other.
 
 Legality (checked, else no skew): a tile carried by the loop is read only in the stage that updates it;
@@ -17,6 +17,8 @@ from __future__ import annotations
 import sympy
 
 from .items import Item, carry_side, has_handoff
+
+SKEW = 2            # iterations stage 0 runs ahead of stage 1 (the loop is unrolled SKEW + 1 times)
 
 
 def _depends_on_var(v, var) -> bool:
@@ -83,19 +85,22 @@ def plan(items: list, loop, side: str, pl, values: dict):
     return stage
 
 
-def handoff_events(items: list, stage, n: int) -> list:
-    """The sequence of (kind, channel id) a side performs over n iterations under its schedule."""
-    def ev(k_set, its):
-        return [(it.kind, it.channel.id) for k, it in enumerate(its) if k in k_set and it.kind in ("send", "recv")]
+def handoff_events(items: list, stage, n: int, distance: int = 1) -> list:
+    """The sequence of (kind, channel id) a side performs over n iterations under its schedule (stage 0
+    of iteration j + distance runs before stage 1 of iteration j)."""
+    def ev(k_set):
+        return [(it.kind, it.channel.id) for k, it in enumerate(items) if k in k_set and it.kind in ("send", "recv")]
     if stage is None:
-        return [e for _ in range(n) for e in ev(set(range(len(items))), items)]
+        return [e for _ in range(n) for e in ev(set(range(len(items))))]
     s0 = {k for k, s in enumerate(stage) if s == 0}
     s1 = {k for k, s in enumerate(stage) if s == 1}
-    out = ev(s0, items)
+    out = []
+    for j in range(min(distance, n)):
+        out += ev(s0)
     for j in range(n):
-        if j + 1 < n:
-            out += ev(s0, items)
-        out += ev(s1, items)
+        if j + distance < n:
+            out += ev(s0)
+        out += ev(s1)
     return out
 
 
