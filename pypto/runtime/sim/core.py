@@ -251,8 +251,10 @@ class CoreRun:
                 gm_index(cop, vals, self.gm[cop.gm_param])     # raises, explaining the box
             gmm = st.gmem
             write = cop.region == "store"
-            hit = gmm.l2_lookup((self.gm_names[cop.gm_param], cop.trans, vals), nbytes, write)
-            end = gmm.transfer(start + occ, nbytes, port, hit)
+            g = self.gm[cop.gm_param]
+            lines = gmm.box_lines(self.gm_names[cop.gm_param], g if type(g) is tuple else g.shape,
+                                  cop.gm_itemsize, cop.trans, vals, cop.n_tiles)
+            end = gmm.access(start + occ, nbytes, port, lines, write)
             done = end + st.gm_latency
             st.gm_bytes += nbytes
         else:

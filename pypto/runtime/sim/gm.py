@@ -1,4 +1,4 @@
-"""Shared global memory: HBM bandwidth shared by every core, and a small L2 model.
+"""Shared global memory: HBM bandwidth shared by every core, behind a write-back, write-allocate L2.
 
 Bandwidth is a calendar of time bins (``hbm_bin_cycles`` wide). Each bin holds ``bytes/cycle x width``
 of HBM capacity and of L2 capacity. A transfer starting at ``t`` moves its bytes bin by bin at up to
@@ -7,13 +7,27 @@ reserve in the order the simulator meets their transfers (roughly time order: ta
 order), so the first transfer in a crowded bin gets its full rate and later ones the rest — the total
 never exceeds the machine's bandwidth, and an over-subscribed HBM stretches every late transfer.
 
-L2: an LRU over GM boxes (buffer, offsets, extents) with the L2's capacity in bytes. A read of a box
-that is resident (read or written before by any core, not evicted since) is served from L2 bandwidth;
-everything else, and every write, goes to HBM (write-through).
+L2 (every GM access goes through it, as on Ascend 910B): a set of resident 512-byte lines of the base
+GM buffers' byte ranges, so a box re-read with another tiling hits whatever lines it shares with
+earlier accesses. Reads: resident lines come at L2 bandwidth, the rest from HBM, and become resident.
+Writes: write-allocate into L2 at L2 bandwidth, the lines become dirty (a partly written line counts
+as written whole; likewise a line partly read is resident whole, while HBM is charged the bytes asked
+for — a sector-fill approximation that keeps the spatial locality of narrow boxes). Capacity: LRU approximated by ``GENERATIONS`` sets of lines — a touched line moves
+to the newest set; when the newest holds ``l2_bytes / GENERATIONS`` the oldest set is evicted whole, so
+between (1 - 1/GENERATIONS) and all of l2_bytes stay resident. Dirty lines evicted are written to HBM
+then (they take HBM bandwidth from that time on; nobody waits for them). At the end of a run, dirty
+lines of the program's outputs are flushed to HBM from the time of the first write into each output
+(``flush``), so outputs always count as HBM traffic and the run ends no earlier than their write-back.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+import numpy as np
+
+LINE_SHIFT = 9                # 512-byte lines
+LINE = 1 << LINE_SHIFT
+BASE_SHIFT = 44               # line id = base buffer id << BASE_SHIFT | line index within the base
+GENERATIONS = 4
+_UNLIMITED = 1e30            # write-backs run at whatever HBM bandwidth is left
 
 
 class GlobalMemory:
@@ -24,39 +38,122 @@ class GlobalMemory:
         self.hbm_cap = mem["hbm_bytes_per_s"] / clock * self.W
         self.l2_cap = mem.get("l2_bytes_per_s", mem["hbm_bytes_per_s"]) / clock * self.W
         self.l2_bytes = int(mem.get("l2_bytes", 0))
+        self.gen_lines = max(1, self.l2_bytes // LINE // GENERATIONS)
         self.hbm: list = []
         self.l2: list = []
-        self.lru: OrderedDict = OrderedDict()
-        self.lru_bytes = 0
+        self.gens = [set() for _ in range(GENERATIONS)]    # oldest first
+        self.dirty: set = set()
+        self.first_write: dict = {}     # base id -> time of the first write into it
+        self.base_ids: dict = {}
+        self.box_cache: dict = {}
         self.hbm_bytes = 0
         self.l2_hit_bytes = 0
+        self.writeback_bytes = 0        # dirty lines evicted to HBM during the run
+        self.flushed_bytes = 0          # dirty output lines written back at the end
 
     def _grow(self, b: int):
         n = max(b + 1 - len(self.hbm), len(self.hbm))
         self.hbm.extend([self.hbm_cap] * n)
         self.l2.extend([self.l2_cap] * n)
 
-    def l2_lookup(self, key, nbytes: int, write: bool) -> bool:
-        """True when a read hits L2; records the box as resident either way."""
-        lru = self.lru
-        if key in lru:
-            lru.move_to_end(key)
-            return not write
-        lru[key] = nbytes
-        self.lru_bytes += nbytes
-        while self.lru_bytes > self.l2_bytes and lru:
-            _, b = lru.popitem(last=False)
-            self.lru_bytes -= b
-        return False
+    # ------------------------------------------------------------------ lines
+    def base_id(self, base: str) -> int:
+        i = self.base_ids.get(base)
+        if i is None:
+            i = self.base_ids[base] = len(self.base_ids) + 1
+        return i
 
+    def box_lines(self, loc, shape, itemsize: int, trans: bool, vals, n_tiles: int) -> frozenset:
+        """The L2 lines of the GM box an instruction moves (``loc`` = (base buffer, byte offset))."""
+        key = (loc, trans, vals)
+        hit = self.box_cache.get(key)
+        if hit is not None:
+            return hit
+        rows, cols = (vals[1], vals[0]) if trans else (vals[0], vals[1])
+        rank = len(shape)
+        offs = vals[2 * n_tiles: 2 * n_tiles + rank]
+        lin, stride = 0, 1
+        for o, d in zip(reversed(offs), reversed(shape)):
+            lin += o * stride
+            stride *= d
+        start = loc[1] + lin * itemsize
+        seg = cols * itemsize
+        row = shape[-1] * itemsize
+        tag = self.base_id(loc[0]) << BASE_SHIFT
+        if rank == 1 or rows <= 1 or seg == row:          # one contiguous byte range
+            n = seg if rank == 1 or rows <= 1 else rows * row
+            lines = frozenset(range(tag + (start >> LINE_SHIFT), tag + ((start + n - 1) >> LINE_SHIFT) + 1))
+        else:
+            firsts = (start + np.arange(rows, dtype=np.int64) * row) >> LINE_SHIFT
+            lasts = (start + np.arange(rows, dtype=np.int64) * row + seg - 1) >> LINE_SHIFT
+            span = int((lasts - firsts).max()) + 1
+            ids = firsts[:, None] + np.arange(span, dtype=np.int64)[None, :]
+            ids = ids[ids <= lasts[:, None]] + tag
+            lines = frozenset(ids.tolist())
+        if len(self.box_cache) > 4096:
+            self.box_cache.clear()
+        self.box_cache[key] = lines
+        return lines
+
+    def _touch(self, lines, t: float):
+        gens = self.gens
+        newest = gens[-1]
+        for g in gens[:-1]:
+            if g:
+                g.difference_update(lines)
+        newest.update(lines)
+        if len(newest) >= self.gen_lines:
+            old = gens.pop(0)
+            gens.append(set())
+            if self.dirty and old:
+                out = self.dirty.intersection(old)
+                if out:
+                    self.dirty.difference_update(out)
+                    nb = len(out) * LINE
+                    self.writeback_bytes += nb
+                    self.transfer(t, nb, _UNLIMITED, False)
+
+    def access(self, t: float, nbytes: int, port: float, lines, write: bool) -> float:
+        """A core moves ``nbytes`` of the box covering ``lines`` from time ``t``; when the last byte moved."""
+        if write:
+            self.dirty.update(lines)
+            base = next(iter(lines)) >> BASE_SHIFT if lines else 0
+            if base not in self.first_write:
+                self.first_write[base] = t
+            self._touch(lines, t)
+            return self.transfer(t, nbytes, port, True)
+        gens = self.gens
+        miss = len(lines.difference(*gens))
+        self._touch(lines, t)
+        if miss == 0:
+            self.l2_hit_bytes += nbytes
+            return self.transfer(t, nbytes, port, True)
+        if miss == len(lines):
+            return self.transfer(t, nbytes, port, False)
+        from_hbm = nbytes * miss // len(lines)
+        self.l2_hit_bytes += nbytes - from_hbm
+        return self.transfer(self.transfer(t, nbytes - from_hbm, port, True), from_hbm, port, False)
+
+    def flush(self, bases) -> float:
+        """Write the dirty lines of the named base buffers back to HBM; the time the last one lands."""
+        end = 0.0
+        for name in bases:
+            i = self.base_ids.get(name)
+            if i is None or i not in self.first_write:
+                continue
+            n = sum(1 for line in self.dirty if line >> BASE_SHIFT == i)
+            if n:
+                self.flushed_bytes += n * LINE
+                end = max(end, self.transfer(self.first_write[i], n * LINE, _UNLIMITED, False))
+        return end
+
+    # ------------------------------------------------------------------ bandwidth
     def transfer(self, t: float, nbytes: int, port: float, from_l2: bool) -> float:
         """Move ``nbytes`` from time ``t`` at up to ``port`` bytes/cycle; the time the last byte moved."""
         if nbytes <= 0:
             return t
         cal = self.l2 if from_l2 else self.hbm
-        if from_l2:
-            self.l2_hit_bytes += nbytes
-        else:
+        if not from_l2:
             self.hbm_bytes += nbytes
         W = self.W
         b = int(t // W)

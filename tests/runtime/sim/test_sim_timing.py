@@ -100,5 +100,6 @@ def test_l2_serves_re_read_boxes_until_evicted():
     tiny = dataclasses.replace(SPEC, memory={**SPEC.memory, "l2_bytes": 64 * 1024})
     _, small = sim.run_kernel(k, shapes, {}, block_dim=24, timing_only=True, machine=tiny)
     assert big.l2_hit_bytes > 0.5 * big.gm_bytes            # A row panels and B column panels come back
-    assert small.l2_hit_bytes < 0.2 * big.l2_hit_bytes       # a 64 KiB L2 keeps almost nothing
+    # a 64 KiB L2 keeps only the rest of the 512-byte lines a 128-byte row chunk of A brought in
+    assert small.l2_hit_bytes < 0.3 * big.l2_hit_bytes
     assert small.cycles > big.cycles                         # and the kernel waits on HBM instead
