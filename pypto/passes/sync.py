@@ -95,7 +95,18 @@ def insert_sync(block: Block, machine) -> Block:
 
     # ------------------------------------------------ forward dependencies
     history = []                   # (instr, reads, writes) in program order
-    placed = defaultdict(list)     # (list id, src, dst) -> [(set index, wait index)]
+    # what a pipe knows has completed, per statement list: (list, pipe) -> [(wait element, {pipe: element})];
+    # a wait on a set carries the setter's knowledge too (happens-before is transitive), so a dependency
+    # already ordered through a chain of flags (MTE2 -> V -> MTE3) needs no flag of its own
+    known = defaultdict(list)
+
+    def knowledge(lid, pipe, at):
+        snap = {}
+        for w, k in known[(lid, pipe)]:
+            if w > at:
+                break
+            snap = k
+        return snap
     for ins in info.order:
         reads, writes = acc[id(ins)]
         deps = {}
@@ -113,10 +124,13 @@ def insert_sync(block: Block, machine) -> Block:
             lid, ia, ib = _split(info.paths[id(prev)], info.paths[id(ins)])
             if ia >= ib:
                 continue      # same enclosing statement: a loop-carried case, handled below
-            key = (lid, src_pipe, ins.pipe)
-            if any(s >= ia and w <= ib for s, w in placed[key]):
+            mine = knowledge(lid, ins.pipe, ib)
+            if mine.get(src_pipe, -1) >= ia:
                 continue
-            placed[key].append((ia, ib))
+            gained = dict(mine)
+            for q, e in list(knowledge(lid, src_pipe, ia).items()) + [(src_pipe, ia)]:
+                gained[q] = max(gained.get(q, -1), e)
+            known[(lid, ins.pipe)].append((ib, gained))
             events.append([src_pipe, ins.pipe, [("after", lid, ia)], [("before", lid, ib)],
                            (pos[id(prev)], pos[id(ins)])])
         history.append((ins, reads, writes))

@@ -177,7 +177,11 @@ class VectorTiler:
             pinned |= {d.find() for d in sp.scans}
             if g.op(n) in ("tril", "triu"):
                 pinned |= {d.find() for d in sp.out_map[-2:] if d is not None}
-        self.canon = canon = canonical_axes(group, presences, accesses, pinned, self._hint_splits())
+        try:
+            canon = canonical_axes(group, presences, accesses, pinned, self._hint_splits())
+        except CompileError:
+            canon = canonical_axes(group, presences, accesses, pinned)     # the hint's axes cannot hold it
+        self.canon = canon
         self.accesses = accesses
         # tiles along each axis
         sizes = [_prod([d.size for d in run]) for run in canon.runs]
