@@ -1,23 +1,22 @@
 """Compiling a traced tile program: clean-ups, placement, Block IR per core type (with unrolling and
 software pipelining), on-chip memory planning, pipe synchronisation and cross-core flags — the same
-Block IR passes the Tensor level uses (pypto.passes.memory / sync, pypto.ir.block_verify).
+Block IR the Tensor level uses; liveness comes from pypto.passes.memory, pipe sync from Professional
+mode's ownership pass (sync.py says why), the verifier is pypto.ir.block_verify.
 
     traced KernelProgram --prepare--> --place--> Placement --emit--> Blocks --plan_memory--> addresses
-        --insert_sync--> set/wait flags --insert_cross_core--> Kernel (AIV, AIC or AIC + AIV cluster)
+        --synchronize--> set/wait flags --insert_cross_core--> Kernel (AIV, AIC or AIC + AIV cluster)
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 
-from ..errors import CompileError, TilingError
+from ..errors import CompileError
 from ..ir.block import Kernel
 from ..ir.block_verify import verify_kernel
-from ..passes.memory import plan_memory
-from ..passes.sync import insert_sync
 from . import skew
+from .memory import plan as plan_tiles
 from .sync import synchronize
 from .emit import SideEmitter
 from .handoff import insert_cross_core
@@ -42,7 +41,7 @@ class CompiledTile:
     placement: Placement | None = None
     workspaces: list = field(default_factory=list)
     skewed: list = field(default_factory=list)        # loop variables software-pipelined
-    double_buffered: dict = field(default_factory=dict)   # space -> bool
+    peak_bytes: dict = field(default_factory=dict)    # "side.space" -> bytes of on-chip memory used
 
     @property
     def kind(self) -> str:
@@ -103,62 +102,29 @@ def channel_slots(program: KernelProgram, pl: Placement, unroll: dict) -> dict:
     return out
 
 
-def _plan(block, machine, regions, tile_loc):
-    big = SimpleNamespace(alignment=machine.alignment, capacity={k: 1 << 40 for k in machine.capacity})
-    used = plan_memory(block, big, regions)
-    over = {sp for sp, n in used.items() if n > machine.capacity[sp.capacity_key]}
-    kept = {}
-    if over:
-        regions = {t: r for t, r in regions.items() if block.tile(t).space not in over}
-        used = plan_memory(block, big, regions)
-    for sp, n in used.items():
-        cap = machine.capacity[sp.capacity_key]
-        if n > cap:
-            tiles = sorted((t for t in block.tiles if t.space == sp), key=lambda t: -t.nbytes)[:4]
-            listing = ", ".join(f"{t.name} {t.dtype}[{t.shape[0]}, {t.shape[1]}] ({t.nbytes} B"
-                                f"{', ' + str(tile_loc[t.name]) if tile_loc.get(t.name) else ''})" for t in tiles)
-            loc = next((tile_loc[t.name] for t in tiles if tile_loc.get(t.name)), block.loc)
-            raise TilingError(f"the {sp} tiles of the {block.core} program need {n} bytes at once, over the "
-                              f"{cap}-byte {sp}; largest: {listing}", loc=loc,
-                              hint="pick smaller tile shapes (the compiler keeps two copies of loop tiles)")
-    plan_memory(block, machine, regions)
-    for sp in used:
-        kept[str(sp)] = sp not in over
-    return kept
-
-
 class _TooManyEvents(Exception):
     pass
 
 
 def _build(program, pl, machine, sides, stages, unroll):
-    """Block IR of every side: emission, memory plan and pipe sync. Copies of loop tiles get their own
-    memory regions (true double buffering) unless that needs more set/wait events than the machine
-    has, then the vector buffer, then every space, is planned by liveness alone."""
-    from ..ir.isa import MemSpace
+    """Block IR of every side: emission, memory plan (least recently freed bytes first, so the copies
+    of loop tiles land on different bytes when they fit) and pipe sync."""
     slots = channel_slots(program, pl, unroll)
-    blocks, double = [], {}
+    blocks, peaks = [], {}
     for s in sides:
-        for mode in ("copies", "shared-ub", "shared"):
-            em = SideEmitter(s, program, pl, machine, stages[s], unroll, slots)
-            block = em.build(program.name)
-            regions = dict(em.regions)
-            if mode != "copies":
-                regions = {t: r for t, r in regions.items()
-                           if mode == "shared-ub" and em.tiles[t].space != MemSpace.UB}
-            kept = _plan(block, machine, regions, _tile_locs(em, program))
-            try:
-                synchronize(block, machine)
-                break
-            except CompileError as e:
-                if "event" not in str(e):
-                    raise
-        else:
-            raise _TooManyEvents()
-        double.update({k: v and mode == "copies" for k, v in kept.items()})
+        em = SideEmitter(s, program, pl, machine, stages[s], unroll, slots)
+        block = em.build(program.name)
+        used = plan_tiles(block, machine, _tile_locs(em, program))
+        peaks.update({f"{s}.{sp}": n for sp, n in used.items()})
+        try:
+            synchronize(block, machine)
+        except CompileError as e:
+            if "event" in str(e):
+                raise _TooManyEvents() from e
+            raise
         insert_cross_core(block, pl.channel_list(), s, slots)
         blocks.append(block)
-    return blocks, double, slots
+    return blocks, peaks, slots
 
 
 def compile_program(program: KernelProgram, backend: str, machine, options: dict) -> CompiledTile:
@@ -170,11 +136,11 @@ def compile_program(program: KernelProgram, backend: str, machine, options: dict
     sides = [s for s in (CUBE, VECTOR) if pl.kind in (s, "cluster")]
     stages, unroll = plan_stages(program, pl, sides)
     try:
-        blocks, double, slots = _build(program, pl, machine, sides, stages, unroll)
+        blocks, peaks, slots = _build(program, pl, machine, sides, stages, unroll)
     except _TooManyEvents:
         # deeper pipelining needs more set/wait events than a pipe pair has: fall back to double buffering
         stages, unroll = {s: {} for s in sides}, {}
-        blocks, double, slots = _build(program, pl, machine, sides, stages, unroll)
+        blocks, peaks, slots = _build(program, pl, machine, sides, stages, unroll)
     skewed = sorted({str(lp.var) for s in sides for lp in _all_loops(program.body) if id(lp) in stages[s]})
     kernel = Kernel(program.name, blocks, program.loc)
     if os.environ.get("PYPTO_VERIFY", "") not in ("", "0") or options.get("verify"):
@@ -182,7 +148,7 @@ def compile_program(program: KernelProgram, backend: str, machine, options: dict
     workspaces = [Workspace(c.param, slots[c.id] * c.value.shape[0], c.value.shape[1], c.value.dtype)
                   for c in pl.channel_list()]
     _dump(program, options, "kernel.pto", str(kernel))
-    return CompiledTile(program, kernel, pl, workspaces, skewed, double)
+    return CompiledTile(program, kernel, pl, workspaces, skewed, peaks)
 
 
 def _all_loops(stmts):
