@@ -245,8 +245,8 @@ def _time(tiler, sizes, tiles) -> float:
 
 # ---------------------------------------------------------------- cube
 CUBE_STEP_OVERHEAD = 40          # flags and scalar work per K step
-CUBE_M = (16, 32, 64, 128, 256)
-CUBE_N = (16, 32, 64, 128, 256, 512)
+CUBE_M = (16, 32, 48, 64, 96, 128, 160, 192, 256)            # not only powers of two: a tile count that
+CUBE_N = (16, 32, 64, 96, 128, 160, 192, 224, 256, 320, 384, 512)   # matches the cores matters more
 CUBE_K = (8, 16, 32, 64, 128, 256)
 
 
@@ -261,11 +261,16 @@ def _cube_fits(mt, nt, kt, item, spec, double=True) -> bool:
             and d * (mt * kt + kt * nt) * item <= cap["L1"])
 
 
-def cube_time(M, N, K, nbatch, mt, nt, kt, item, out_item, spec, flops) -> float:
+SPLIT_K = (1, 2, 3, 4, 6, 8)
+
+
+def cube_time(M, N, K, nbatch, mt, nt, kt, item, out_item, spec, flops, splits=1) -> float:
+    """Estimated cycles of a matmul cut into [mt, nt] output tiles and kt steps (K cut into ``splits``
+    parts on different cores, plus the vector pass that adds the fp32 parts)."""
     cores = spec.num_aic
     m, n, k = _est(M), _est(N), _est(K)
-    tiles = nbatch * -(-m // mt) * -(-n // nt)
-    steps = -(-k // kt)
+    tiles = nbatch * -(-m // mt) * -(-n // nt) * splits
+    steps = -(-(-(-k // splits)) // kt)
     rounds = -(-tiles // cores)
     active = min(tiles, cores)
     load = (mt * kt + kt * nt) * item
@@ -273,8 +278,13 @@ def cube_time(M, N, K, nbatch, mt, nt, kt, item, out_item, spec, flops) -> float
     l2_bw = mem.get("l2_bytes_per_s", mem["hbm_bytes_per_s"]) / (spec.clock_ghz * 1e9)
     step = max(2 * mt * nt * kt / flops, load / mem.get("mte2_bytes_per_cycle", 128),
                load / mem.get("mte1_bytes_per_cycle", 256), load * active / l2_bw) + CUBE_STEP_OVERHEAD
-    store = mt * nt * out_item / mem.get("fix_bytes_per_cycle", 128) + mem.get("gm_latency_cycles", 500)
-    return rounds * (steps * step + store)
+    store = mt * nt * (4 if splits > 1 else out_item) / mem.get("fix_bytes_per_cycle", 128) \
+        + mem.get("gm_latency_cycles", 500)
+    total = rounds * (steps * step + store)
+    if splits > 1:        # the parts written, read back and added, and one more launch
+        total += nbatch * m * n * (4 * splits * 2 + out_item) / spec.hbm_bytes_per_cycle \
+            + spec.dispatch.get("task_dispatch_cycles", 1000) + mem.get("gm_latency_cycles", 500)
+    return total
 
 
 def cube_tiles(M, N, K, batch, dtype, spec, hint, loc):
@@ -293,6 +303,7 @@ def cube_tiles(M, N, K, batch, dtype, spec, hint, loc):
     m_cap = _align_up(_est(M), 16)
     n_cap = _align_up(_est(N), 16)
     k_cap = _align_up(_est(K), k_align)
+    splits_ok = SPLIT_K if isinstance(K, int) else (1,)
     best, best_t = None, math.inf
     for mt in CUBE_M:
         if mt > max(m_cap, 16):
@@ -305,15 +316,12 @@ def cube_tiles(M, N, K, batch, dtype, spec, hint, loc):
                     continue
                 if not _cube_fits(mt, nt, kt, item, spec):
                     continue
-                t = cube_time(M, N, K, nbatch, mt, nt, kt, item, 4, spec, flops)
-                if t < best_t * 0.999 or (t <= best_t * 1.001 and best and mt * nt > best[0] * best[1]):
-                    best, best_t = (mt, nt, kt), t
+                for sk in splits_ok:
+                    if sk > 1 and -(-_est(K) // kt) < 4 * sk:
+                        continue          # each part keeps a few K steps
+                    t = cube_time(M, N, K, nbatch, mt, nt, kt, item, 4, spec, flops, sk)
+                    if t < best_t * 0.999 or (t <= best_t * 1.001 and best and mt * nt > best[0] * best[1]):
+                        best, best_t = (mt, nt, kt, sk), t
     if best is None:
         raise TilingError(f"no cube tile fits the buffers for a {dtype} matmul", loc=loc)
-    mt, nt, kt = best
-    tiles = nbatch * -(-_est(M) // mt) * -(-_est(N) // nt)
-    steps = -(-_est(K) // kt)
-    splits = 1
-    if isinstance(K, int) and tiles * 2 <= spec.num_aic and steps >= 8:
-        splits = max(1, min(spec.num_aic // tiles, steps // 4))
-    return mt, nt, kt, splits
+    return best
