@@ -18,6 +18,7 @@ ASSUMED_DYNAMIC = 4096
 TILE_OVERHEAD_CYCLES = 160         # scalar loop + flags per tile
 FILL = 0.85                        # share of the buffer the estimate may use (alignment, temps)
 MAX_COLS_BYTES = 32768             # a row of one tile: long enough to amortise instruction issue
+ROW_BURST_BYTES = 64               # what one more row of a GM box costs the MTE, in bytes moved
 
 
 def _est(size) -> int:
@@ -236,10 +237,11 @@ def _time(tiler, sizes, tiles) -> float:
     mte = spec.memory.get("mte2_bytes_per_cycle", 128)
     vec = sum(issue + _bytes(max(item, 4), axes, tiles, canon, spec.alignment) / vbytes
               for item, axes, _, _ in _values(tiler))
-    tile_elems = (tiles[canon.row] if canon.row is not None else 1) * tiles[canon.col]
+    rows = tiles[canon.row] if canon.row is not None else 1
     moved = [tiler.g.info(n).dtype.itemsize for n in tiler.stores] + \
         [tiler.g.info(src).dtype.itemsize for _, _, src, _, acc in tiler.ext if acc is not None]
-    mem = sum(tile_elems * item / mte for item in moved)
+    # a GM box moves row by row: short rows pay a per-burst cost (wide tiles stream better)
+    mem = sum(rows * (tiles[canon.col] * item + ROW_BURST_BYTES) / mte for item in moved)
     return per_core * (TILE_OVERHEAD_CYCLES + max(vec, mem))
 
 
