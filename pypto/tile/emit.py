@@ -319,6 +319,10 @@ class SideEmitter:
     def build(self, name: str) -> Block:
         self._values = _values(self.program)
         self._uses = _use_counts(self.program)
+        self._users = {}
+        for o in _ops_in_order(self.program.body):
+            for a in o.values():
+                self._users.setdefault(id(a), []).append(o)
         self._loop_of_carry = {}
         for lp in _loops(self.program.body):
             for c in lp.carried:
@@ -355,9 +359,34 @@ class SideEmitter:
             return self.emit_cube_op(op, scope, subs)
         return self.emit_vector_op(op, scope, subs)
 
+    def _guarded_mask(self, op) -> bool:
+        """select(tril(d), a, b) with the mask and ``a`` read only here: the select only matters where the
+        mask has a zero, so it runs under ``if`` and otherwise the result is ``a`` itself (in place)."""
+        if op.op != "select":
+            return False
+        m, a = op.args[0], op.args[1]
+        return (m.op is not None and m.op.op == "tril" and self._uses.get(id(m), 0) == 1
+                and a.op is not None and self._uses.get(id(a), 0) == 1 and a.loop is op.out.loop
+                and self.pl.side.get(id(a.op)) == VECTOR)
+
     def emit_vector_op(self, op, scope, subs) -> list:
         d = OPS[op.op]
         loc = op.loc
+        if op.op == "tril" and self._uses.get(id(op.out), 0) == 1 and \
+                any(self._guarded_mask(u) for u in self._users.get(id(op.out), ())):
+            return []                                     # emitted by the select it guards
+        if self._guarded_mask(op):
+            m, a, b = op.args
+            mask = self.define(m, "ub", scope, subs)
+            src = self.name_of(a, "ub", scope)
+            scope.names[(id(op.out), "ub")] = src
+            diag = _sx(m.op.args[0], subs)
+            ro = self.row_offset(m)
+            diag = diag + ro if ro != 0 else diag
+            cols = _sx(op.out.valid[1], subs)
+            body = [self.ins("TTRIL", [mask, diag], {}, m.op.loc),
+                    self.ins("TSEL", [src, mask, src, self.name_of(b, "ub", scope)], {}, loc)]
+            return _when(sympy.Lt(diag, sympy.sympify(cols) - 1), body)
         if op.op == "load":
             view = op.args[0]
             dst = self.define(op.out, "ub", scope, subs)

@@ -4,7 +4,8 @@
 The generic planner reuses the lowest free address; in a pipelined loop that puts the next tile on the
 bytes the previous one just left, so the next load waits for the last reader (a write-after-read flag
 between pipes) and double buffering is lost. Here tiles of one size share a small pool of buffers
-taken round-robin (the one freed longest ago first; at least two per size while the capacity allows):
+taken round-robin (the one freed longest ago first; four, three or at least two per size, as the
+capacity allows):
 tiles of consecutive iterations land on different buffers, and few distinct buffers keep the number of
 set/wait events small. An elementwise vector op still writes in place over a source it reads for the
 last time (same pipe, no flag).
@@ -32,16 +33,22 @@ def plan(block: Block, machine, tile_loc: dict | None = None) -> dict:
         by_space.setdefault(t.space, []).append(t)
     for space, tiles in by_space.items():
         cap = machine.capacity[space.capacity_key]
-        used[space] = _plan_space(block, tiles, rng, defs, align, cap, space, tile_loc or {})
+        for k, pool in enumerate(POOL_SIZES):
+            try:
+                used[space] = _plan_space(block, tiles, rng, defs, align, cap, space, tile_loc or {}, pool)
+                break
+            except TilingError:
+                if k == len(POOL_SIZES) - 1:
+                    raise
     return used
 
 
-MIN_POOL = 2          # buffers per tile size before any is reused: double buffering
+POOL_SIZES = (4, 3, 2)    # buffers per tile size before one is reused: tried in turn until the tiles fit
 
 
-def _plan_space(block, tiles, rng, defs, align, cap, space, tile_loc) -> int:
+def _plan_space(block, tiles, rng, defs, align, cap, space, tile_loc, min_pool: int) -> int:
     """Tiles of one size share a pool of buffers: a new tile takes the pool's buffer that was freed
-    longest ago, and the pool grows while it has fewer than MIN_POOL buffers or all are in use."""
+    longest ago, and the pool grows while it has fewer than ``min_pool`` buffers or all are in use."""
     live = sorted((t for t in tiles if t.name in rng), key=lambda t: (rng[t.name][0], -t.nbytes))
     pools: dict = {}     # size -> list of buffers [addr, size, freed_at or None while in use]
     owner: dict = {}     # tile name -> buffer
@@ -65,7 +72,7 @@ def _plan_space(block, tiles, rng, defs, align, cap, space, tile_loc) -> int:
         if buf is None:
             pool = pools.setdefault(size, [])
             free = [b for b in pool if b[2] is not None]
-            if (len(pool) < MIN_POOL or not free) and top + size <= cap:
+            if (len(pool) < min_pool or not free) and top + size <= cap:
                 buf = [top, size, None]
                 top += size
                 pool.append(buf)

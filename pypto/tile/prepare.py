@@ -3,11 +3,14 @@
 * a transpose of a loaded tile becomes a transposed load (the DMA reads the box transposed);
 * the copy ``pt.store`` inserts when a tile's valid shape differs from its view's is folded into the
   producing elementwise op (computing fewer rows/columns of a tile is always safe);
-* dead ops (results nobody reads) are dropped.
+* dead ops (results nobody reads) are dropped;
+* ops that compute the same tile in every iteration of a loop move in front of it.
 """
 from __future__ import annotations
 
 from dataclasses import replace
+
+import sympy
 
 from .ir import KernelProgram, Loop, Op, Value, walk_ops
 from .optable import OPS
@@ -74,6 +77,62 @@ def narrow_store_copies(program: KernelProgram) -> None:
         op.op, op.args, op.out = "_dead", [], None
 
 
+def _inside(v: Value, loop: Loop) -> bool:
+    lp = v.loop
+    while lp is not None:
+        if lp is loop:
+            return True
+        lp = lp.parent
+    return False
+
+
+def _loop_vars(loop: Loop) -> set:
+    out = {loop.var}
+    for s in loop.body:
+        if isinstance(s, Loop):
+            out |= _loop_vars(s)
+    return out
+
+
+def hoist_invariants(program: KernelProgram) -> None:
+    """Move ops that do not change from iteration to iteration (operands defined before the loop, no
+    loop index in their scalars; loads only of tensors the kernel never stores) in front of the loop."""
+    stored = set(program.outputs)
+
+    def invariant(op: Op, loop: Loop, lvars: set) -> bool:
+        if op.out is None or op.op == "_dead":
+            return False
+        if op.op == "load" and (op.args[0].tensor in stored or
+                                any(lvars & sympy.sympify(o).free_symbols for o in op.args[0].offsets) or
+                                any(lvars & sympy.sympify(o).free_symbols for o in op.args[0].valid)):
+            return False
+        for a in op.args:
+            if isinstance(a, Value):
+                if _inside(a, loop):
+                    return False
+            elif isinstance(a, sympy.Basic) and a.free_symbols & lvars:
+                return False
+        return all(not (lvars & sympy.sympify(x).free_symbols) for x in op.out.valid)
+
+    def rec(stmts, parent_loop):
+        k = 0
+        while k < len(stmts):
+            s = stmts[k]
+            if isinstance(s, Loop):
+                rec(s.body, s)
+                lvars = _loop_vars(s)
+                moved = [o for o in s.body if isinstance(o, Op) and invariant(o, s, lvars)]
+                while moved:
+                    for o in moved:
+                        s.body.remove(o)
+                        o.out.loop = parent_loop
+                    stmts[k:k] = moved
+                    k += len(moved)
+                    moved = [o for o in s.body if isinstance(o, Op) and invariant(o, s, lvars)]
+            k += 1
+    rec(program.body, None)
+
+
 def dead_code(program: KernelProgram) -> None:
     """Drop ops whose results nobody reads (stores stay), to a fixed point."""
     while True:
@@ -101,4 +160,5 @@ def prepare(program: KernelProgram) -> KernelProgram:
     fold_transposed_loads(program)
     narrow_store_copies(program)
     dead_code(program)
+    hoist_invariants(program)
     return program
