@@ -46,6 +46,9 @@ class GlobalMemory:
         self.first_write: dict = {}     # base id -> time of the first write into it
         self.base_ids: dict = {}
         self.box_cache: dict = {}
+        # boxes (line sets) touched since the newest set began -> written since: all their lines are in
+        # the newest set (and dirty, when written), so repeating such an access needs no set work
+        self.fresh: dict = {}
         self.hbm_bytes = 0
         self.l2_hit_bytes = 0
         self.writeback_bytes = 0        # dirty lines evicted to HBM during the run
@@ -83,6 +86,13 @@ class GlobalMemory:
         if rank == 1 or rows <= 1 or seg == row:          # one contiguous byte range
             n = seg if rank == 1 or rows <= 1 else rows * row
             lines = frozenset(range(tag + (start >> LINE_SHIFT), tag + ((start + n - 1) >> LINE_SHIFT) + 1))
+        elif row % LINE == 0:                              # every row covers the same lines, shifted
+            step = row >> LINE_SHIFT
+            f = tag + (start >> LINE_SHIFT)
+            k = ((start + seg - 1) >> LINE_SHIFT) - (start >> LINE_SHIFT) + 1
+            end = f + rows * step
+            lines = frozenset(range(f, end, step)) if k == 1 else \
+                frozenset().union(*[range(f + j, end + j, step) for j in range(k)])
         else:
             firsts = (start + np.arange(rows, dtype=np.int64) * row) >> LINE_SHIFT
             lasts = (start + np.arange(rows, dtype=np.int64) * row + seg - 1) >> LINE_SHIFT
@@ -102,9 +112,11 @@ class GlobalMemory:
             if g:
                 g.difference_update(lines)
         newest.update(lines)
+        self.fresh[lines] = False
         if len(newest) >= self.gen_lines:
             old = gens.pop(0)
             gens.append(set())
+            self.fresh.clear()
             if self.dirty and old:
                 out = self.dirty.intersection(old)
                 if out:
@@ -115,15 +127,25 @@ class GlobalMemory:
 
     def access(self, t: float, nbytes: int, port: float, lines, write: bool) -> float:
         """A core moves ``nbytes`` of the box covering ``lines`` from time ``t``; when the last byte moved."""
+        seen = self.fresh.get(lines)          # None, or whether it was written, since the newest set began
+        if seen is not None and (seen or not write):
+            if not write:
+                self.l2_hit_bytes += nbytes
+            return self.transfer(t, nbytes, port, True)
         if write:
             self.dirty.update(lines)
             base = next(iter(lines)) >> BASE_SHIFT if lines else 0
             if base not in self.first_write:
                 self.first_write[base] = t
             self._touch(lines, t)
+            if lines in self.fresh:
+                self.fresh[lines] = True
             return self.transfer(t, nbytes, port, True)
-        gens = self.gens
-        miss = len(lines.difference(*gens))
+        missing = lines
+        for g in reversed(self.gens):          # one set at a time: difference() walks the smaller side
+            if missing and g:
+                missing = missing.difference(g)
+        miss = len(missing)
         self._touch(lines, t)
         if miss == 0:
             self.l2_hit_bytes += nbytes
