@@ -137,9 +137,9 @@ def rms_norm_case(rows=8192, cols=4096, eps=1e-6):
             lambda: torch.nn.functional.rms_norm(x, (cols,), w, eps), "y")
 
 
-def matmul_case(n=2048, bm=128, bn=128, bk=128):
-    """c = a @ b, fp32: one [128, 128] output tile per cube task instance, K in steps of 128 through
-    L1 -> L0A / L0B -> L0C."""
+def matmul_case(n=2048, bm=128, bn=256, bk=64):
+    """c = a @ b, fp32: one [128, 256] output tile (all of L0C) per core, K in steps of 64 through
+    L1 -> L0A / L0B -> L0C (the tile shape bench_sim uses)."""
     t, kk = Tiles(), index_symbol("kk")
     tiles_n = ceildiv(N, bn)
     m0, n0 = sympy.floor(BLOCK_IDX / tiles_n) * bm, sympy.Mod(BLOCK_IDX, tiles_n) * bn

@@ -250,7 +250,8 @@ def tolerance(dtype):
 
 # ---------------------------------------------------------------- every instruction, once
 # (op, tile sources, destination kind, scalar, attrs). Sources: a, b (any values), p (positive),
-# nz (nonzero), m (a bool mask), at (a's transposed box). Destinations: same (dtype, valid
+# nz (nonzero), m (a bool mask), at (a's transposed box), bc / nzc (the first column of b / nz as a
+# [vr, 1] tile, what row-expand instructions read), br / nzr (their first row, [1, vc]). Destinations: same (dtype, valid
 # [vr, vc]), row ([vr, 1]), col ([1, vc]), bool ([vr, vc] bool), idx_row / idx_col (int32).
 FLOAT_OPS = [
     ("TADD", "ab", "same", None, {}), ("TSUB", "ab", "same", None, {}), ("TMUL", "ab", "same", None, {}),
@@ -267,13 +268,13 @@ FLOAT_OPS = [
     ("TSIGMOID", "a", "same", None, {}), ("TERF", "a", "same", None, {}), ("TLOG1P", "p", "same", None, {}),
     ("TEXPM1", "a", "same", None, {}), ("TFLOOR", "a", "same", None, {}), ("TCEIL", "a", "same", None, {}),
     ("TROUND", "a", "same", None, {}), ("TSIGN", "a", "same", None, {}),
-    ("TROWEXPANDADD", "ab", "same", None, {}), ("TROWEXPANDSUB", "ab", "same", None, {}),
-    ("TROWEXPANDMUL", "ab", "same", None, {}), ("TROWEXPANDDIV", "a,nz", "same", None, {}),
-    ("TROWEXPANDMAX", "ab", "same", None, {}), ("TROWEXPANDMIN", "ab", "same", None, {}),
-    ("TCOLEXPANDADD", "ab", "same", None, {}), ("TCOLEXPANDSUB", "ab", "same", None, {}),
-    ("TCOLEXPANDMUL", "ab", "same", None, {}), ("TCOLEXPANDDIV", "a,nz", "same", None, {}),
-    ("TCOLEXPANDMAX", "ab", "same", None, {}), ("TCOLEXPANDMIN", "ab", "same", None, {}),
-    ("TROWEXPAND", "a", "same", None, {}), ("TCOLEXPAND", "a", "same", None, {}),
+    ("TROWEXPANDADD", "a,bc", "same", None, {}), ("TROWEXPANDSUB", "a,bc", "same", None, {}),
+    ("TROWEXPANDMUL", "a,bc", "same", None, {}), ("TROWEXPANDDIV", "a,nzc", "same", None, {}),
+    ("TROWEXPANDMAX", "a,bc", "same", None, {}), ("TROWEXPANDMIN", "a,bc", "same", None, {}),
+    ("TCOLEXPANDADD", "a,br", "same", None, {}), ("TCOLEXPANDSUB", "a,br", "same", None, {}),
+    ("TCOLEXPANDMUL", "a,br", "same", None, {}), ("TCOLEXPANDDIV", "a,nzr", "same", None, {}),
+    ("TCOLEXPANDMAX", "a,br", "same", None, {}), ("TCOLEXPANDMIN", "a,br", "same", None, {}),
+    ("TROWEXPAND", "bc", "same", None, {}), ("TCOLEXPAND", "br", "same", None, {}),
     ("TEXPANDS", "", "same", 2.5, {}), ("TARANGE", "", "same", 3.0, {}), ("TARANGE", "", "same", -2.0, {"axis": 0}),
     ("TTRIL", "", "same", 1, {}), ("TTRIU", "", "same", -2, {}),
     ("TSEL", "m,a,b", "same", None, {}), ("TTRANS", "at", "same", None, {}),
@@ -295,7 +296,7 @@ INT_OPS = [
     ("TNOT", "a", "same", None, {}), ("TABS", "a", "same", None, {}), ("TNEG", "a", "same", None, {}),
     ("TADDS", "a", "same", 7, {}), ("TMULS", "a", "same", -3, {}), ("TMAXS", "a", "same", 2, {}),
     ("TDIVS", "a", "same", 4, {}), ("TEXPANDS", "", "same", 5, {}), ("TSEL", "m,a,b", "same", None, {}),
-    ("TROWCUMSUM", "a", "same", None, {}), ("TROWEXPANDADD", "ab", "same", None, {}),
+    ("TROWCUMSUM", "a", "same", None, {}), ("TROWEXPANDADD", "a,bc", "same", None, {}),
     ("TROWSUM", "a", "row", None, {}), ("TCOLMAX", "a", "col", None, {}),
     ("TCMP", "ab", "bool", None, {"cmp": "eq"}), ("TCMPS", "a", "bool", 0, {"cmp": "le"}),
 ]
@@ -306,39 +307,43 @@ _OUTPUTS = {"same": "out", "row": "out_row", "col": "out_col", "bool": "out_bool
             "idx_col": "out_idx"}
 
 
-def op_table(dtype):
-    return INT_OPS if dtype == dtypes.int32 else FLOAT_OPS
+def op_table(dtype, skip=()):
+    return [e for e in (INT_OPS if dtype == dtypes.int32 else FLOAT_OPS) if e[0] not in skip]
 
 
 def _sources(spec):
     """'ab' -> [a, b]; 'a,nz' -> [a, nz]; a single multi-letter name stays whole."""
     if "," in spec:
         return spec.split(",")
-    return [spec] if spec in ("nz", "at") else list(spec)
+    return [spec] if spec in ("nz", "at", "bc", "br", "nzc", "nzr") else list(spec)
 
 
-def every_op(dtype) -> tuple[Kernel, dict]:
-    """One AIV kernel that applies every op of the table to small tiles with tail valid shapes and stores
-    each result into its own slice of an output; returns the kernel and {output: number of slices}."""
+def every_op(dtype, mask_dtype=dtypes.bool_, skip=()) -> tuple[Kernel, dict]:
+    """One AIV kernel that applies every op of the table (but ``skip``) to small tiles with tail valid
+    shapes and stores each result into its own slice of an output; masks (compare results, the select
+    mask) are ``mask_dtype``. Returns the kernel and {output: number of slices}."""
     b = Builder()
     S = OP_TILE
     vr, vc = OP_VALID
     for name in ("a", "b", "p", "nz"):
         b.tile(name, UB, dtype, (S, S), (vr, vc))
-    b.tile("m", UB, dtypes.bool_, (S, S), (vr, vc))
+    b.tile("m", UB, mask_dtype, (S, S), (vr, vc))
     b.tile("at", UB, dtype, (S, S), (vc, vr))
+    for name, valid in (("bc", (vr, 1)), ("nzc", (vr, 1)), ("br", (1, vc)), ("nzr", (1, vc))):
+        b.tile(name, UB, dtype, (S, S), valid)
     b.tile("d", UB, dtype, (S, S), (vr, vc))
     b.tile("drow", UB, dtype, (S, S), (vr, 1))
     b.tile("dcol", UB, dtype, (S, S), (1, vc))
-    b.tile("dbool", UB, dtypes.bool_, (S, S), (vr, vc))
+    b.tile("dbool", UB, mask_dtype, (S, S), (vr, vc))
     b.tile("irow", UB, dtypes.int32, (S, S), (vr, 1))
     b.tile("icol", UB, dtypes.int32, (S, S), (1, vc))
     dst_of = {"same": "d", "row": "drow", "col": "dcol", "bool": "dbool", "idx_row": "irow", "idx_col": "icol"}
-    body = [b("TLOAD", n, GMRegion(n if n != "at" else "a", (0, 0)), line=60, **({"trans": True} if n == "at" else {}))
-            for n in ("a", "b", "p", "nz", "m", "at")]
+    source = {"at": "a", "bc": "b", "br": "b", "nzc": "nz", "nzr": "nz"}
+    body = [b("TLOAD", n, GMRegion(source.get(n, n), (0, 0)), line=60, **({"trans": True} if n == "at" else {}))
+            for n in ("a", "b", "p", "nz", "m", "at", "bc", "br", "nzc", "nzr")]
     body += [SetFlag(Pipe.MTE2, Pipe.V, 0), WaitFlag(Pipe.MTE2, Pipe.V, 0)]
     count = {}
-    for op, srcs, kind, scalar, attrs in op_table(dtype):
+    for op, srcs, kind, scalar, attrs in op_table(dtype, skip):
         dst = dst_of[kind]
         operands = [dst] + _sources(srcs) + ([scalar] if scalar is not None else [])
         out = _OUTPUTS[kind]
@@ -348,14 +353,15 @@ def every_op(dtype) -> tuple[Kernel, dict]:
                  SetFlag(Pipe.V, Pipe.MTE3, 0), WaitFlag(Pipe.V, Pipe.MTE3, 0),
                  b("TSTORE", GMRegion(out, (k, 0, 0)), dst, line=62),
                  SetFlag(Pipe.MTE3, Pipe.V, 0), WaitFlag(Pipe.MTE3, Pipe.V, 0)]
-    gm = [GMParam(n, dtype, (S, S)) for n in ("a", "b", "p", "nz")] + [GMParam("m", dtypes.bool_, (S, S))]
-    out_dtype = {"out": dtype, "out_row": dtype, "out_col": dtype, "out_bool": dtypes.bool_, "out_idx": dtypes.int32}
+    gm = [GMParam(n, dtype, (S, S)) for n in ("a", "b", "p", "nz")] + [GMParam("m", mask_dtype, (S, S))]
+    out_dtype = {"out": dtype, "out_row": dtype, "out_col": dtype, "out_bool": mask_dtype, "out_idx": dtypes.int32}
     gm += [GMParam(o, out_dtype[o], (n, S, S)) for o, n in count.items()]
     blk = Block("every_op", CoreType.AIV, gm, [], list(b.tiles.values()), body)
-    return Kernel(f"every_op_{dtype.name}", [blk], loc=loc(59, "every_op")), count
+    name = f"every_op_{dtype.name}" + ("" if mask_dtype == dtypes.bool_ else f"_{mask_dtype.name}_masks")
+    return Kernel(name, [blk], loc=loc(59, "every_op")), count
 
 
-def every_op_inputs(dtype, seed=0):
+def every_op_inputs(dtype, seed=0, mask_dtype=dtypes.bool_):
     g = torch.Generator().manual_seed(seed)
     S = OP_TILE
     if dtype == dtypes.int32:
@@ -370,7 +376,7 @@ def every_op_inputs(dtype, seed=0):
         p = (torch.rand(S, S, generator=g) * 3 + 0.1).to(t)
         nz = (p * torch.where(torch.rand(S, S, generator=g) < 0.5, -1.0, 1.0)).to(t)
         a[0, :4] = torch.tensor([0.5, 1.5, -2.5, 0.0]).to(t)     # rounding ties and a zero
-    m = torch.rand(S, S, generator=g) < 0.5
+    m = (torch.rand(S, S, generator=g) < 0.5).to(mask_dtype.torch_dtype)
     return {"a": a, "b": b, "p": p, "nz": nz, "m": m}
 
 
