@@ -218,6 +218,24 @@ class SideEmitter:
                 return False
         return True
 
+    def _phi_reader_in_place(self, c, body_items):
+        """The value between the carried tile and its update when the update is in place and the carried
+        tile's only reader feeds only the update (``acc = acc * alpha + o``): it can live in the state
+        tile too, saving a buffer."""
+        if self.side != VECTOR:
+            return None
+        readers = [it.op for it in body_items if it.kind == "op" and any(a is c.phi for a in it.op.values())]
+        if len(readers) != 1 or self._uses.get(id(c.phi), 0) != 1:
+            return None
+        r = readers[0]
+        out = r.out
+        if out is None or out is c.next or r.op in ("load", "store") or self._uses.get(id(out), 0) != 1 \
+                or not any(a is out for a in c.next.op.values()) or OPS[r.op].family == "reduce":
+            return None
+        if tuple(out.shape) != tuple(c.phi.shape) or out.dtype.itemsize != c.phi.dtype.itemsize:
+            return None
+        return out
+
     # ------------------------------------------------------------------ loops
     def emit_loop(self, it: Item, scope: Scope, subs: dict) -> list:
         loop = it.loop
@@ -243,6 +261,9 @@ class SideEmitter:
                 X.names[(id(c.phi), role)] = state
                 if self._next_in_place(c, it.body):
                     X.names[(id(c.next), role)] = state
+                    mid = self._phi_reader_in_place(c, it.body)
+                    if mid is not None:                     # acc * alpha, then + o: both in the state tile
+                        X.names[(id(mid), role)] = state
                 else:
                     last = max([k for k, b in enumerate(it.body) if id(c.next) in b.defs or id(c.phi) in b.uses],
                                default=len(it.body) - 1)
