@@ -18,7 +18,7 @@ import sympy
 
 from .items import Item, carry_side, has_handoff
 
-SKEW = 3            # iterations stage 0 runs ahead of stage 1 (the loop is unrolled SKEW + 1 times)
+SKEW = 2            # iterations stage 0 runs ahead of stage 1 (the loop is unrolled SKEW + 1 times)
 
 
 def _depends_on_var(v, var) -> bool:
