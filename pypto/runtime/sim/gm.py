@@ -42,7 +42,7 @@ class GlobalMemory:
         self.hbm: list = []
         self.l2: list = []
         self.gens = [set() for _ in range(GENERATIONS)]    # oldest first
-        self.dirty: set = set()
+        self.dirty: dict = {}           # base id -> its dirty lines
         self.first_write: dict = {}     # base id -> time of the first write into it
         self.base_ids: dict = {}
         self.box_cache: dict = {}
@@ -66,8 +66,9 @@ class GlobalMemory:
             i = self.base_ids[base] = len(self.base_ids) + 1
         return i
 
-    def box_lines(self, loc, shape, itemsize: int, trans: bool, vals, n_tiles: int) -> frozenset:
-        """The L2 lines of the GM box an instruction moves (``loc`` = (base buffer, byte offset))."""
+    def box_lines(self, loc, shape, itemsize: int, trans: bool, vals, n_tiles: int):
+        """The L2 lines of the GM box an instruction moves (``loc`` = (base buffer, byte offset)): a range
+        of line ids when the box is one contiguous byte range, else a frozenset."""
         key = (loc, trans, vals)
         hit = self.box_cache.get(key)
         if hit is not None:
@@ -85,8 +86,8 @@ class GlobalMemory:
         tag = self.base_id(loc[0]) << BASE_SHIFT
         if rank == 1 or rows <= 1 or seg == row:          # one contiguous byte range
             n = seg if rank == 1 or rows <= 1 else rows * row
-            lines = frozenset(range(tag + (start >> LINE_SHIFT), tag + ((start + n - 1) >> LINE_SHIFT) + 1))
-        elif row % LINE == 0:                              # every row covers the same lines, shifted
+            return range(tag + (start >> LINE_SHIFT), tag + ((start + n - 1) >> LINE_SHIFT) + 1)   # not cached
+        if row % LINE == 0:                              # every row covers the same lines, shifted
             step = row >> LINE_SHIFT
             f = tag + (start >> LINE_SHIFT)
             k = ((start + seg - 1) >> LINE_SHIFT) - (start >> LINE_SHIFT) + 1
@@ -105,10 +106,11 @@ class GlobalMemory:
         self.box_cache[key] = lines
         return lines
 
-    def _touch(self, lines, t: float):
+    def _touch(self, lines, t: float, older=None):
+        """Move ``lines`` into the newest set (``older``: the older sets holding some of them, if known)."""
         gens = self.gens
         newest = gens[-1]
-        for g in gens[:-1]:
+        for g in (gens[:-1] if older is None else older):
             if g:
                 g.difference_update(lines)
         newest.update(lines)
@@ -117,13 +119,15 @@ class GlobalMemory:
             old = gens.pop(0)
             gens.append(set())
             self.fresh.clear()
-            if self.dirty and old:
-                out = self.dirty.intersection(old)
-                if out:
-                    self.dirty.difference_update(out)
-                    nb = len(out) * LINE
-                    self.writeback_bytes += nb
-                    self.transfer(t, nb, _UNLIMITED, False)
+            n = 0
+            for d in self.dirty.values():
+                if d and old:
+                    out = d.intersection(old)
+                    d.difference_update(out)
+                    n += len(out)
+            if n:
+                self.writeback_bytes += n * LINE
+                self.transfer(t, n * LINE, _UNLIMITED, False)
 
     def access(self, t: float, nbytes: int, port: float, lines, write: bool) -> float:
         """A core moves ``nbytes`` of the box covering ``lines`` from time ``t``; when the last byte moved."""
@@ -133,20 +137,27 @@ class GlobalMemory:
                 self.l2_hit_bytes += nbytes
             return self.transfer(t, nbytes, port, True)
         if write:
-            self.dirty.update(lines)
-            base = next(iter(lines)) >> BASE_SHIFT if lines else 0
-            if base not in self.first_write:
+            base = next(iter(lines)) >> BASE_SHIFT
+            d = self.dirty.get(base)
+            if d is None:
+                d = self.dirty[base] = set()
                 self.first_write[base] = t
+            d.update(lines)
             self._touch(lines, t)
             if lines in self.fresh:
                 self.fresh[lines] = True
             return self.transfer(t, nbytes, port, True)
-        missing = lines
-        for g in reversed(self.gens):          # one set at a time: difference() walks the smaller side
-            if missing and g:
-                missing = missing.difference(g)
-        miss = len(missing)
-        self._touch(lines, t)
+        hits, older = 0, []
+        gens = self.gens
+        for g in gens:                         # disjoint sets; intersection() walks the (small) box
+            if g:
+                h = len(g.intersection(lines))
+                if h:
+                    hits += h
+                    if g is not gens[-1]:
+                        older.append(g)
+        miss = len(lines) - hits
+        self._touch(lines, t, older)
         if miss == 0:
             self.l2_hit_bytes += nbytes
             return self.transfer(t, nbytes, port, True)
@@ -163,7 +174,7 @@ class GlobalMemory:
             i = self.base_ids.get(name)
             if i is None or i not in self.first_write:
                 continue
-            n = sum(1 for line in self.dirty if line >> BASE_SHIFT == i)
+            n = len(self.dirty[i])
             if n:
                 self.flushed_bytes += n * LINE
                 end = max(end, self.transfer(self.first_write[i], n * LINE, _UNLIMITED, False))

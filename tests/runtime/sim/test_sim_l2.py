@@ -48,9 +48,10 @@ def test_a_read_of_lines_never_touched_comes_from_hbm():
 
 def test_boxes_cover_the_lines_of_their_rows_only():
     g = GlobalMemory(SPEC, 256)
-    left, right = _box(g, 8, 256, 0, 0), _box(g, 8, 256, 0, 256)   # 512-byte row chunks, 2 KiB rows
+    left, right = set(_box(g, 8, 256, 0, 0)), set(_box(g, 8, 256, 0, 256))   # 512-byte chunks, 2 KiB rows
     assert len(left) == 8 and not left & right
-    assert _box(g, 8, 1024, 0, 0) == left | right | _box(g, 8, 512, 0, 512)
+    assert set(_box(g, 8, 1024, 0, 0)) == left | right | set(_box(g, 8, 512, 0, 512))
+    assert set(_box(g, 3, 100, 1, 200)) == {1 << 44 | line for line in (4, 5, 8, 9, 12, 13)}   # straddling
 
 
 def test_dirty_lines_evicted_cost_hbm_writes():
@@ -60,7 +61,7 @@ def test_dirty_lines_evicted_cost_hbm_writes():
         t = g.access(t, 16 * 1024 * 2, BIG_PORT, _box(g, 16, 1024, r, 0, (1024, 1024)), True)
     assert g.writeback_bytes >= 2 * 1024 * 1024 - 2 * 64 * 1024         # L2 plus one write may stay
     assert g.hbm_bytes == g.writeback_bytes
-    left = len(g.dirty) * LINE
+    left = sum(map(len, g.dirty.values())) * LINE
     assert g.writeback_bytes + left == 2 * 1024 * 1024
 
 
