@@ -91,9 +91,10 @@ def main(argv=None):
                       f"{r['hbm_TBps']:.2f}", f"{r['util_AIC_M']:.2f}", f"{r['util_AIV_V']:.2f}",
                       f"{r['wall_s']:.1f}")
     console.print(table)
-    console.print("On a2a3 the cube and vector cores exchange S, P and P V through GM; the simulator writes "
-                  "GM through to HBM (1.6 TB/s), which bounds this design well below the cube roofline "
-                  "(see pypto_pro/language/README.md, 'flash attention').")
+    console.print("On a2a3 the cube and vector cores exchange S, P and P V through GM workspace slots (kept in "
+                  "the simulated write-back L2); the handoff latency and the vector softmax bound this design "
+                  "below the cube roofline (see pypto_pro/language/README.md, 'flash attention'). The HBM column "
+                  "counts GM bytes less L2 read hits; the Report's note has the bytes HBM really moved.")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
