@@ -142,10 +142,12 @@ _ENTRIES = {
 # Gated delta rule
 # ----------------------------------------------------------------------------------------------
 
-def default_per_head(backend: Optional[str]) -> bool:
-    """The per-head layout (2-D tiles, loops over heads) for the compiled backends, the batched one
-    (few large ops) for the reference interpreter."""
-    return (backend or pypto.get_backend()) != "reference"
+def default_per_head(rule: str, backend: Optional[str]) -> bool:
+    """Which layout of the heads a kernel uses by default (see ``kernels``): all heads at once (few
+    large ops; for the chunked rule every chunk's maps in one pass) everywhere, except the recurrent
+    rule on the compiled backends, which loops over heads: the cpu backend cannot yet place the
+    per-token boxes of the batched form (their view offsets depend on the loop index)."""
+    return rule == "recurrent" and (backend or pypto.get_backend()) != "reference"
 
 
 def _run_rule(name, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
@@ -174,7 +176,7 @@ def _run_rule(name, q, k, v, g, beta, scale, initial_state, output_final_state, 
         v3, o3 = v.contiguous().reshape(B, T, d.HV * d.V), o.reshape(B, T, d.HV * d.V)
         fn(q3, k3, v3, g.contiguous(), beta.contiguous(), state.reshape(-1, d.V), o3, lengths, state_rows,
            (d.H, d.K, d.HV, d.V), float(scale), *extra, bool(use_qk_l2norm_in_kernel),
-           default_per_head(backend) if per_head is None else bool(per_head))
+           default_per_head(name, backend) if per_head is None else bool(per_head))
     return o, (state if output_final_state else None)
 
 
@@ -190,7 +192,7 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
     [B, T, HV]; initial_state [N, HV, K, V]; cu_seqlens [N + 1] with B = 1 packs N sequences.
     Returns (o [B, T, HV, V] in v's dtype, final state [N, HV, K, V] fp32 or None).
     pypto options: ``backend`` (None: the current default), ``per_head`` (the kernel's layout of
-    the heads, see ``kernels``; None: per head on compiled backends, batched on the interpreter) and
+    the heads, see ``kernels``; None: ``default_per_head``) and
     ``cube_dtype`` (e.g. pypto.bfloat16: round matmul operands to it; default None = fp32 matmuls,
     see ``kernels.gated_delta_chunk`` for the accuracy trade); ``jit_options`` for pypto.jit (e.g.
     {"timing_only": True, "machine": "a2a3"}; the report is then ``kernel_function(...).last_report``).

@@ -198,11 +198,29 @@ def _decay(G, mask: torch.Tensor):
     return pypto.exp(pypto.where(pypto.constant(mask), G - G_row, NEG_INF))
 
 
-def gated_delta_chunk(q, k, v, g, beta, S, *, scale: float, masks: ChunkMasks, cube_dtype=None):
-    """One chunk in fp32, any leading (batch) dims that broadcast: q, k [..., C, K]; v [..., C, V];
-    g, beta columns [..., C, 1]; S [..., K, V]. Returns (o [..., C, V], S_next [..., K, V]).
+@dataclass(frozen=True)
+class ChunkMaps:
+    """What a chunk does to the state, as affine maps of the state S at its start:
+    S_next = M S + P and o = R S + O (see ``chunk_maps``)."""
 
-    ``cube_dtype`` (e.g. pypto.bfloat16): round the operands of the chunk's matmuls to it (fp32
+    M: object     # [..., K, K]
+    P: object     # [..., K, V]
+    R: object     # [..., C, K]
+    O: object     # [..., C, V]
+
+
+def chunk_maps(q, k, v, G, beta, *, scale: float, masks: ChunkMasks, cube_dtype=None) -> ChunkMaps:
+    """The chunk-local part of the gated delta rule, in fp32, for any leading (batch) dims that
+    broadcast: q, k [..., C, K]; v [..., C, V]; G (the in-chunk cumulative sum of g) and beta
+    columns [..., C, 1].
+
+    With D = U - W S (the module docstring's terms) the chunk's outputs and next state are affine
+    in S:  S_next = e^{G_last} S + K~^T D = (e^{G_last} I - K~^T W) S + K~^T U,  K~ = K * e^{G_last - G};
+           O      = Qg S + A_qk D        = (Qg - A_qk W) S + A_qk U,          Qg = scale Q * e^G.
+    All four maps depend on the chunk alone, so every chunk's are computed at once, in parallel;
+    the sequential recurrence over chunks is then one matmul and one add per chunk.
+
+    ``cube_dtype`` (e.g. pypto.bfloat16): round the operands of these matmuls to it (fp32
     accumulation), as flash-linear-attention does for bf16 models: 4x the fp32 cube rate, at a
     relative error of a few 1e-3 (rounding the normalised keys alone costs that much). The
     inverse (I + A)^-1 always runs in fp32. Default None: every matmul in fp32."""
@@ -211,8 +229,7 @@ def gated_delta_chunk(q, k, v, g, beta, S, *, scale: float, masks: ChunkMasks, c
             return pypto.matmul(a, b, **kw)
         return pypto.matmul(pypto.cast(a, cube_dtype), pypto.cast(b, cube_dtype), out_dtype=pypto.float32, **kw)
 
-    C, K = masks.C, k.shape[-1]
-    G = pypto.cumsum(g, -2)                                         # in-chunk cumulative log decay [..., C, 1]
+    K = k.shape[-1]
     decay = _decay(G, masks.causal)                                 # [..., C, C]
     A = pypto.where(pypto.constant(masks.strict), beta * mm(k, k, b_trans=True) * decay, 0.0)
     # the diagonal blocks again, from the keys of each block (cheaper than cutting them out of A)
@@ -226,14 +243,19 @@ def gated_delta_chunk(q, k, v, g, beta, S, *, scale: float, masks: ChunkMasks, c
     eG = pypto.exp(G)
     U = mm(T, beta * v)                                             # [..., C, V]
     W = mm(T, (beta * eG) * k)                                      # [..., C, K]
-    D = U - mm(W, S)                                                # [..., C, V]
     qs = q * scale
     attn = mm(qs, k, b_trans=True) * decay                          # [..., C, C]
-    o = mm(qs * eG, S) + mm(attn, D)
     G_last = _last_row(G)                                           # the last valid token's (padding has g = 0)
     k_to_end = k * pypto.exp(G_last - G)                            # [..., C, K]
-    S_next = pypto.exp(G_last) * S + mm(k_to_end, D, a_trans=True)
-    return o, S_next
+    M = pypto.exp(G_last) * pypto.constant(torch.eye(K)) - mm(k_to_end, W, a_trans=True)
+    return ChunkMaps(M, mm(k_to_end, U, a_trans=True), qs * eG - mm(attn, W), mm(attn, U))
+
+
+def gated_delta_chunk(q, k, v, g, beta, S, *, scale: float, masks: ChunkMasks, cube_dtype=None):
+    """One chunk given the state at its start (g, beta columns [..., C, 1]): returns
+    (o [..., C, V], S_next [..., K, V])."""
+    m = chunk_maps(q, k, v, pypto.cumsum(g, -2), beta, scale=scale, masks=masks, cube_dtype=cube_dtype)
+    return pypto.matmul(m.R, S) + m.O, pypto.matmul(m.M, S) + m.P
 
 
 # ----------------------------------------------------------------------------------------------
@@ -242,13 +264,57 @@ def gated_delta_chunk(q, k, v, g, beta, S, *, scale: float, masks: ChunkMasks, c
 
 def _rows(sequences, batch):
     """Expand (None = every batch row) sequences to one entry per batch row, for per-head loops:
-    yields (row, state row, start, length) with row possibly a loop index."""
-    for row, state_row, start, length in sequences:
+    yields (sequence number, row, state row, start, length) with row possibly a loop index. Loops of
+    different sequences get different index names (n in the name)."""
+    for n, (row, state_row, start, length) in enumerate(sequences):
         if row is None:
-            for b in pypto.loop(batch, name="row"):
-                yield b, b, start, length
+            for b in pypto.loop(batch, name=f"row{n}"):
+                yield n, b, b, start, length
         else:
-            yield row, state_row, start, length
+            yield n, row, state_row, start, length
+
+
+def load_chunks(op: Heads, rows: int, row0, start, length, NC, C: int, H: int, cumsum: bool = False):
+    """Every chunk of every head of ``op`` for a sequence: [rows, H, heads/H, NC, C, dim] fp32,
+    the time axis zero-padded from ``length`` to NC * C. ``cumsum``: the in-chunk cumulative sum
+    over time instead (taken in the contiguous layout, before the heads move in front: the sim
+    mis-tiles a cumsum of the permuted view fused with a broadcasting consumer)."""
+    width = op.heads * op.dim
+    box = pypto.view(op.tensor, [rows, NC * C, width], [row0, start, op.col0], valid_shape=[rows, length, width])
+    x = fp32(pypto.fillpad(box)).reshape(rows, NC, C, op.heads * op.dim)
+    if cumsum:
+        x = pypto.cumsum(x, -2)
+    x = x.reshape(rows, NC, C, op.heads, op.dim).permute(0, 3, 1, 2, 4)
+    return x.reshape(rows, H, op.heads // H, NC, C, op.dim)
+
+
+def _chunk_all_heads(q, k, v, g, beta, state, o, n, row, state_row, start, length, *, scale, masks,
+                     use_qk_l2norm, cube_dtype):
+    """One sequence (or all batch rows), every head at once: the chunk maps of all chunks in one
+    pass, then the state recurrence (one loop iteration per chunk), then all outputs in one pass."""
+    H, K, HV, V = q.heads, q.dim, v.heads, v.dim
+    r, C = HV // H, masks.C
+    rows, row0 = (q.tensor.shape[0], 0) if row is None else (1, row)
+    NC = pypto.ceildiv(length, C)
+    qc, kc = (load_chunks(x, rows, row0, start, length, NC, C, H) for x in (q, k))     # [R, H, 1, NC, C, K]
+    if use_qk_l2norm:
+        qc, kc = l2norm(qc), l2norm(kc)
+    vc, bc = (load_chunks(x, rows, row0, start, length, NC, C, H) for x in (v, beta))
+    Gc = load_chunks(g, rows, row0, start, length, NC, C, H, cumsum=True)
+    maps = chunk_maps(qc, kc, vc, Gc, bc, scale=scale, masks=masks, cube_dtype=cube_dtype)
+    starts = pypto.zeros(rows, H, r, NC, K, V)                      # the state at the start of each chunk
+    state_box = [rows * HV * K, V], [state_row * HV * K, 0]
+    for i in pypto.loop(NC, name=f"chunk{n}"):
+        S = pypto.view(state, *state_box).reshape(rows, H, r, 1, K, V)   # read in the body: carried
+        pypto.assemble(S, [0, 0, 0, i, 0, 0], starts)
+
+        def at_chunk(x):
+            return pypto.view(x, [rows, H, r, 1] + list(x.shape[-2:]), [0, 0, 0, i, 0, 0])
+        S_next = pypto.matmul(at_chunk(maps.M), S) + at_chunk(maps.P)
+        pypto.assemble(S_next.reshape(*state_box[0]), state_box[1], state)
+    out = pypto.matmul(maps.R, starts) + maps.O                     # [R, H, r, NC, C, V]
+    out = out.reshape(rows, HV, NC * C, V).permute(0, 2, 1, 3).reshape(rows, NC * C, HV * V)
+    store_rows(out, o, row0, start, length, o.col0)
 
 
 def chunk_gated_delta_rule(q: Heads, k: Heads, v: Heads, g: Heads, beta: Heads, state, o: Heads, sequences, *,
@@ -257,41 +323,30 @@ def chunk_gated_delta_rule(q: Heads, k: Heads, v: Heads, g: Heads, beta: Heads, 
     """Chunked gated delta rule over ``sequences`` [(batch row or None for all rows, state row, start,
     length)]. state [N*HV*K, V] fp32 holds the initial states and is overwritten with the final ones;
     o is written. See the module docstring for operands and layouts; ``cube_dtype`` as in
-    ``gated_delta_chunk``."""
+    ``chunk_maps``."""
     H, K, HV, V = q.heads, q.dim, v.heads, v.dim
     r, C = HV // H, chunk_size
     masks = ChunkMasks.of(C)
-    batch = q.tensor.shape[0]
-    if per_head:
-        for row, state_row, start, length in _rows(sequences, batch):
-            for h in pypto.loop(HV, name="head"):
-                kh = sym.floordiv(h, r)                              # the key head of value head h
-                s_row = (state_row * HV + h) * K
-                for i in pypto.loop(pypto.ceildiv(length, C), name="chunk"):
-                    c, t0 = sym.smin(C, length - i * C), start + i * C
-                    qc, kc = load_head(q, row, t0, c, C, kh), load_head(k, row, t0, c, C, kh)
-                    if use_qk_l2norm:
-                        qc, kc = l2norm(qc), l2norm(kc)
-                    S = pypto.view(state, [K, V], [s_row, 0])       # read in the body: carried over chunks
-                    oc, S_next = gated_delta_chunk(qc, kc, load_head(v, row, t0, c, C, h),
-                                                   load_head(g, row, t0, c, C, h), load_head(beta, row, t0, c, C, h),
-                                                   S, scale=scale, masks=masks, cube_dtype=cube_dtype)
-                    store_rows(oc.reshape(1, C, V), o, row, t0, c, o.col0 + h * V)
-                    pypto.assemble(S_next, [s_row, 0], state)
+    if not per_head:
+        for n, (row, state_row, start, length) in enumerate(sequences):
+            _chunk_all_heads(q, k, v, g, beta, state, o, n, row, state_row, start, length, scale=scale, masks=masks,
+                             use_qk_l2norm=use_qk_l2norm, cube_dtype=cube_dtype)
         return
-    for row, state_row, start, length in sequences:
-        rows, row0 = (batch, 0) if row is None else (1, row)
-        for i in pypto.loop(pypto.ceildiv(length, C), name="chunk"):
-            c, t0 = sym.smin(C, length - i * C), start + i * C
-            qc, kc = (load_all_heads(x, rows, row0, t0, c, C, H) for x in (q, k))        # [B, H, 1, C, K]
-            if use_qk_l2norm:
-                qc, kc = l2norm(qc), l2norm(kc)
-            vc, gc, bc = (load_all_heads(x, rows, row0, t0, c, C, H) for x in (v, g, beta))
-            S = pypto.view(state, [rows * HV * K, V], [state_row * HV * K, 0]).reshape(rows, H, r, K, V)
-            oc, S_next = gated_delta_chunk(qc, kc, vc, gc, bc, S, scale=scale, masks=masks, cube_dtype=cube_dtype)
-            oc = oc.reshape(rows, HV, C, V).permute(0, 2, 1, 3).reshape(rows, C, HV * V)
-            store_rows(oc, o, row0, t0, c, o.col0)
-            pypto.assemble(S_next.reshape(rows * HV * K, V), [state_row * HV * K, 0], state)
+    for n, row, state_row, start, length in _rows(sequences, q.tensor.shape[0]):
+        for h in pypto.loop(HV, name=f"head{n}"):
+            kh = sym.floordiv(h, r)                                  # the key head of value head h
+            s_row = (state_row * HV + h) * K
+            for i in pypto.loop(pypto.ceildiv(length, C), name=f"chunk{n}"):
+                c, t0 = sym.smin(C, length - i * C), start + i * C
+                qc, kc = load_head(q, row, t0, c, C, kh), load_head(k, row, t0, c, C, kh)
+                if use_qk_l2norm:
+                    qc, kc = l2norm(qc), l2norm(kc)
+                S = pypto.view(state, [K, V], [s_row, 0])           # read in the body: carried over chunks
+                oc, S_next = gated_delta_chunk(qc, kc, load_head(v, row, t0, c, C, h),
+                                               load_head(g, row, t0, c, C, h), load_head(beta, row, t0, c, C, h),
+                                               S, scale=scale, masks=masks, cube_dtype=cube_dtype)
+                store_rows(oc.reshape(1, C, V), o, row, t0, c, o.col0 + h * V)
+                pypto.assemble(S_next, [s_row, 0], state)
 
 
 def recurrent_step(q_col, k_col, v_row, g, beta, S):
@@ -312,11 +367,11 @@ def recurrent_gated_delta_rule(q: Heads, k: Heads, v: Heads, g: Heads, beta: Hea
     r = HV // H
     batch = q.tensor.shape[0]
     if per_head:
-        for row, state_row, start, length in _rows(sequences, batch):
-            for h in pypto.loop(HV, name="head"):
+        for n, row, state_row, start, length in _rows(sequences, batch):
+            for h in pypto.loop(HV, name=f"head{n}"):
                 kh = sym.floordiv(h, r)
                 s_row = (state_row * HV + h) * K
-                for t in pypto.loop(length, name="token"):
+                for t in pypto.loop(length, name=f"token{n}"):
                     tt = start + t
                     qt, kt = load_head(q, row, tt, 1, 1, kh), load_head(k, row, tt, 1, 1, kh)    # [1, K]
                     if use_qk_l2norm:
@@ -327,9 +382,9 @@ def recurrent_gated_delta_rule(q: Heads, k: Heads, v: Heads, g: Heads, beta: Hea
                     store_rows(ot.reshape(1, 1, V), o, row, tt, 1, o.col0 + h * V)
                     pypto.assemble(S, [s_row, 0], state)
         return
-    for row, state_row, start, length in sequences:
+    for n, (row, state_row, start, length) in enumerate(sequences):
         rows, row0 = (batch, 0) if row is None else (1, row)
-        for t in pypto.loop(length, name="token"):
+        for t in pypto.loop(length, name=f"token{n}"):
             tt = start + t
             qt, kt = (load_all_heads(x, rows, row0, tt, 1, 1, H) for x in (q, k))        # [B, H, 1, 1, K]
             if use_qk_l2norm:

@@ -153,7 +153,7 @@ class Qwen3NextGatedDeltaNet(nn.Module):
         o = pypto.zeros(B, T, HV * V, dtype=x.dtype)
         per_head = self.per_head
         if per_head is None:
-            per_head = default_per_head(self._compile_options.get("backend"))
+            per_head = default_per_head("recurrent" if decode else "chunk", self._compile_options.get("backend"))
         args = (q, k, v, Heads(g, HV, 1), Heads(beta, HV, 1), state, Heads(o, HV, V), [(None, 0, 0, T)])
         options = dict(scale=K ** -0.5, use_qk_l2norm=True, per_head=per_head)
         if decode:
