@@ -106,7 +106,7 @@ class _TooManyEvents(Exception):
     pass
 
 
-def _build(program, pl, machine, sides, stages, unroll):
+def _build(program, pl, machine, sides, stages, unroll, max_pool=4):
     """Block IR of every side: emission, memory plan (least recently freed bytes first, so the copies
     of loop tiles land on different bytes when they fit) and pipe sync."""
     slots = channel_slots(program, pl, unroll)
@@ -114,7 +114,7 @@ def _build(program, pl, machine, sides, stages, unroll):
     for s in sides:
         em = SideEmitter(s, program, pl, machine, stages[s], unroll, slots)
         block = em.build(program.name)
-        used = plan_tiles(block, machine, _tile_locs(em, program))
+        used = plan_tiles(block, machine, _tile_locs(em, program), max_pool)
         peaks.update({f"{s}.{sp}": n for sp, n in used.items()})
         try:
             synchronize(block, machine)
@@ -135,12 +135,16 @@ def compile_program(program: KernelProgram, backend: str, machine, options: dict
     pl = place(program)
     sides = [s for s in (CUBE, VECTOR) if pl.kind in (s, "cluster")]
     stages, unroll = plan_stages(program, pl, sides)
-    try:
-        blocks, peaks, slots = _build(program, pl, machine, sides, stages, unroll)
-    except _TooManyEvents:
-        # deeper pipelining needs more set/wait events than a pipe pair has: fall back to double buffering
-        stages, unroll = {s: {} for s in sides}, {}
-        blocks, peaks, slots = _build(program, pl, machine, sides, stages, unroll)
+    # more buffers and deeper pipelining need more set/wait events; when a pipe pair runs out of them,
+    # fall back to fewer buffers per tile size, then to plain double buffering
+    attempts = [(stages, unroll, 4), (stages, unroll, 2), ({s: {} for s in sides}, {}, 2)]
+    for k, (stages, unroll, pool) in enumerate(attempts):
+        try:
+            blocks, peaks, slots = _build(program, pl, machine, sides, stages, unroll, pool)
+            break
+        except _TooManyEvents as e:
+            if k == len(attempts) - 1:
+                raise e.__cause__ from None
     skewed = sorted({str(lp.var) for s in sides for lp in _all_loops(program.body) if id(lp) in stages[s]})
     kernel = Kernel(program.name, blocks, program.loc)
     if os.environ.get("PYPTO_VERIFY", "") not in ("", "0") or options.get("verify"):

@@ -76,6 +76,44 @@ class SideEmitter:
         self.split = pl.split_rows if side == VECTOR and self.cluster else None
         for p in program.params:
             self.gm[p.name] = GMParam(p.name, p.dtype, tuple(p.shape))
+        self._values = _values(program)
+        self.halves = self._cube_halves()
+
+    def _cube_halves(self) -> set:
+        """Cube tiles computed in two row halves, one per vector core of the cluster: the row-split left
+        operands (Q, P), the products and accumulators they make. Halves line up with what each vector
+        core stores and loads (matching GM boxes hit in L2) and double the L0C buffers in flight."""
+        R = self.pl.split_rows
+        if self.side != CUBE or not R or R % 2:
+            return set()
+        roles = self.pl.cube_roles
+        out = {vid for vid, r in roles.items() if vid in self._values and self._values[vid].shape[0] == R
+               and "l0a" in r and "l0b" not in r and (self._values[vid].op is None or
+                                                      self._values[vid].op.op != "matmul")}
+        carries = [(lp, c) for lp in _loops(self.program.body) for c in lp.carried if id(c) in self.pl.cube_carries]
+        changed = True
+        while changed:
+            changed = False
+            for op in _ops_in_order(self.program.body):
+                if op.op == "matmul" and id(op.args[0]) in out and id(op.out) not in out:
+                    out.add(id(op.out))
+                    changed = True
+            for lp, c in carries:
+                if id(c.next) in out and id(c.phi) not in out:
+                    out |= {id(c.phi), id(c.result)}
+                    changed = True
+        for op in _ops_in_order(self.program.body):          # every use must take halves
+            if op.op == "matmul":
+                if id(op.args[1]) in out or (len(op.args) == 3 and (id(op.args[2]) in out) != (id(op.out) in out)):
+                    return set()
+        for vid in out:
+            if "l0b" in roles.get(vid, ()):
+                return set()
+        return out
+
+    def parts(self, v: Value) -> list:
+        """Role suffixes of a cube tile: its two halves, or the whole tile."""
+        return ["/0", "/1"] if id(v) in self.halves else [""]
 
     # ------------------------------------------------------------------ tiles
     def _rows(self, v: Value) -> int:
@@ -101,6 +139,7 @@ class SideEmitter:
     def declare(self, name: str, v: Value, role: str, subs: dict, region: str, dtype: DataType | None = None):
         if name in self.tiles:
             return name
+        role, _, half = role.partition("/")
         space = ROLE_SPACE[role]
         dtype = dtype or (acc_dtype(v) if role == "l0c" else v.dtype)
         if role == "ub":
@@ -112,6 +151,10 @@ class SideEmitter:
         valid = tuple(_sx(x, subs) for x in v.valid)
         if role == "ub":
             valid = (self._valid_rows(v, valid[0]), valid[1])
+        if half:                                  # one row half of a tile the cube computes in two halves
+            h = v.shape[0] // 2
+            shape = (h, shape[1])
+            valid = (smax(0, smin(h, sympy.sympify(valid[0]) - int(half) * h)), valid[1])
         decl_valid = None if tuple(valid) == tuple(shape) else valid
         self.tiles[name] = TileDecl(name, space, dtype, shape, None, decl_valid)
         self.regions[name] = region
@@ -129,7 +172,8 @@ class SideEmitter:
         n = home.names.get((id(v), role))          # registered here: a state tile, an alias, a crossing value
         if n is not None and n in self.tiles:
             return n
-        name = f"{v.hint}{v.id}{'' if role == 'ub' else '_' + role}{('_' + home.suffix) if home.suffix else ''}"
+        tag = '' if role == 'ub' else '_' + role.replace('/', 'h')
+        name = f"{v.hint}{v.id}{tag}{('_' + home.suffix) if home.suffix else ''}"
         home.names[(id(v), role)] = name
         return self.declare(name, v, role, subs, home.region, dtype)
 
@@ -137,15 +181,17 @@ class SideEmitter:
         return instr(op, operands, self.tiles, attrs, loc)
 
     # ------------------------------------------------------------------ GM regions
-    def region(self, view, v: Value, subs: dict) -> GMRegion:
+    def region(self, view, v: Value, subs: dict, part: str = "") -> GMRegion:
         offs = [_sx(o, subs) for o in view.offsets]
         ro = self.row_offset(v) if self.side == VECTOR else 0
+        if part:
+            ro = int(part[1:]) * (v.shape[0] // 2)
         if ro != 0 and len(offs) >= 2:
             # the second half of a tail tile may start past the tensor's end (with no valid rows)
             offs[-2] = smin(offs[-2] + ro, self.program.param(view.tensor).shape[-2])
         return GMRegion(view.tensor, tuple(offs))
 
-    def ws_region(self, ch, v: Value, scope: Scope, sub_rows: bool) -> GMRegion:
+    def ws_region(self, ch, v: Value, scope: Scope, sub_rows: bool, part: str = "") -> GMRegion:
         rows = v.shape[0]
         if ch.param not in self.gm:
             wrows = sympy.Symbol(f"{ch.param}_rows", integer=True, positive=True)
@@ -153,6 +199,8 @@ class SideEmitter:
         off = (BLOCK_IDX * self.slots.get(ch.id, 2) + scope.slot) * rows
         if sub_rows:
             off = off + self.row_offset(v)
+        if part:
+            off = off + int(part[1:]) * (rows // 2)
         return GMRegion(ch.param, (off, 0))
 
     # ------------------------------------------------------------------ statements
@@ -179,18 +227,24 @@ class SideEmitter:
         return "l0c" if self.side == CUBE else "ub"
 
     def register_states(self, items, scope: Scope, subs: dict):
-        role = self._role()
         for it in items:
             if it.kind != "loop":
                 continue
             for c in it.loop.carried:
-                if carry_side(self.pl, c) != self.side or scope.lookup((id(c.result), role)) is not None:
+                if carry_side(self.pl, c) != self.side:
                     continue
-                name = f"{c.phi.hint}{c.phi.id}{('_' + scope.suffix) if scope.suffix else ''}"
-                self.declare(name, c.phi, role, subs, "state")
-                scope.names[(id(c.result), role)] = name
-                if self._init_aliasable(c, items):
-                    scope.names[(id(c.init), role)] = name
+                for role in self._state_roles(c):
+                    if scope.lookup((id(c.result), role)) is not None:
+                        continue
+                    name = f"{c.phi.hint}{c.phi.id}{role[-2:].replace('/', 'h') if '/' in role else ''}" \
+                           f"{('_' + scope.suffix) if scope.suffix else ''}"
+                    self.declare(name, c.phi, role, subs, "state")
+                    scope.names[(id(c.result), role)] = name
+                    if self._init_aliasable(c, items):
+                        scope.names[(id(c.init), role)] = name
+
+    def _state_roles(self, c) -> list:
+        return [self._role() + part for part in self.parts(c.phi)] if self.side == CUBE else [self._role()]
 
     def _init_aliasable(self, c, items) -> bool:
         init = c.init
@@ -245,7 +299,7 @@ class SideEmitter:
         pre = []
         for c in carries:
             self._loop_of_carry[id(c)] = loop
-            state = scope.lookup((id(c.result), role))
+            state = scope.lookup((id(c.result), self._state_roles(c)[0]))
             if self.side == VECTOR and scope.lookup((id(c.init), role)) != state:
                 pre.append(self.ins("TMOV_V", [state, self.name_of(c.init, role, scope)], loc=loop.loc))
         var = loop.var
@@ -257,17 +311,18 @@ class SideEmitter:
 
         def prepare(X):
             for c in carries:
-                state = scope.lookup((id(c.result), role))
-                X.names[(id(c.phi), role)] = state
-                if self._next_in_place(c, it.body):
-                    X.names[(id(c.next), role)] = state
-                    mid = self._phi_reader_in_place(c, it.body)
-                    if mid is not None:                     # acc * alpha, then + o: both in the state tile
-                        X.names[(id(mid), role)] = state
-                else:
-                    last = max([k for k, b in enumerate(it.body) if id(c.next) in b.defs or id(c.phi) in b.uses],
-                               default=len(it.body) - 1)
-                    X.copy_after.setdefault(last, []).append((state, c.next))
+                for role in self._state_roles(c):
+                    state = scope.lookup((id(c.result), role))
+                    X.names[(id(c.phi), role)] = state
+                    if self._next_in_place(c, it.body):
+                        X.names[(id(c.next), role)] = state
+                        mid = self._phi_reader_in_place(c, it.body)
+                        if mid is not None:                     # acc * alpha, then + o: both in the state tile
+                            X.names[(id(mid), role)] = state
+                    else:
+                        last = max([k for k, b in enumerate(it.body) if id(c.next) in b.defs or id(c.phi) in b.uses],
+                                   default=len(it.body) - 1)
+                        X.copy_after.setdefault(last, []).append((state, c.next))
             return X
 
         for X in copies:
@@ -453,39 +508,45 @@ class SideEmitter:
         loc = op.loc
         if op.op == "load":
             view = op.args[0]
-            l1 = self.define(op.out, "l1", scope, subs)
             attrs = {"trans": True} if view.trans else {}
-            out = [self.ins("TLOAD", [l1, self.region(view, op.out, subs)], attrs, loc)]
+            out = []
+            for part in self.parts(op.out):
+                l1 = self.define(op.out, "l1" + part, scope, subs)
+                out.append(self.ins("TLOAD", [l1, self.region(view, op.out, subs, part)], attrs, loc))
             return out + self.l0_copies(op.out, scope, subs, loc)
         if op.op == "store":
             view, v = op.args
-            return [self.ins("TSTORE", [self.region(view, v, subs), self.name_of(v, "l0c", scope)], {}, loc)]
+            return [self.ins("TSTORE", [self.region(view, v, subs, part), self.name_of(v, "l0c" + part, scope)], {},
+                             loc) for part in self.parts(v)]
         if op.op != "matmul":
             raise CompileError(f"internal: {op.op} placed on the cube", loc=loc)
-        a0 = self.name_of(op.args[0], "l0a", scope)
         b0 = self.name_of(op.args[1], "l0b", scope)
         kind = self.pl.acc_kind[id(op)]
-        if kind == "l0c":
-            scope.names[(id(op.out), "l0c")] = self.name_of(op.args[2], "l0c", scope)
-        dst = self.define(op.out, "l0c", scope, subs)
-        if kind in ("none", "zero"):
-            out = [self.ins("TMATMUL", [dst, a0, b0], {}, loc)]
-        elif kind == "l0c":
-            out = [self.ins("TMATMUL_ACC", [dst, a0, b0], {}, loc)]
-        else:
-            loop = self._loop_of_phi(op.args[2])
-            it = subs.get(loop.var, loop.var)
-            lead = sympy.simplify(it - loop.var)
-            acc = self.ins("TMATMUL_ACC", [dst, a0, b0], {}, loc)
-            if lead.is_Integer and int(lead) > 0:
-                out = [acc]
+        out = []
+        for part in self.parts(op.out):
+            a0 = self.name_of(op.args[0], "l0a" + part, scope)
+            if kind == "l0c":
+                scope.names[(id(op.out), "l0c" + part)] = self.name_of(op.args[2], "l0c" + part, scope)
+            dst = self.define(op.out, "l0c" + part, scope, subs)
+            if kind in ("none", "zero"):
+                out.append(self.ins("TMATMUL", [dst, a0, b0], {}, loc))
+            elif kind == "l0c":
+                out.append(self.ins("TMATMUL_ACC", [dst, a0, b0], {}, loc))
             else:
-                first = self.ins("TMATMUL", [dst, a0, b0], {}, loc)
-                out = [If(sympy.Eq(it, _sx(loop.start, subs)), [first], [acc])]
+                loop = self._loop_of_phi(op.args[2])
+                it = subs.get(loop.var, loop.var)
+                lead = sympy.simplify(it - loop.var)
+                acc = self.ins("TMATMUL_ACC", [dst, a0, b0], {}, loc)
+                if lead.is_Integer and int(lead) > 0:
+                    out.append(acc)
+                else:
+                    first = self.ins("TMATMUL", [dst, a0, b0], {}, loc)
+                    out.append(If(sympy.Eq(it, _sx(loop.start, subs)), [first], [acc]))
         roles = self.pl.cube_roles.get(id(op.out), set())
         if roles & {"l1", "l0a", "l0b"}:
-            l1 = self.define(op.out, "l1", scope, subs)
-            out.append(self.ins("TMOV", [l1, dst], {}, loc))
+            for part in self.parts(op.out):
+                l1 = self.define(op.out, "l1" + part, scope, subs)
+                out.append(self.ins("TMOV", [l1, self.name_of(op.out, "l0c" + part, scope)], {}, loc))
             out += self.l0_copies(op.out, scope, subs, loc)
         return out
 
@@ -498,43 +559,49 @@ class SideEmitter:
     def l0_copies(self, v: Value, scope, subs, loc) -> list:
         out = []
         roles = self.pl.cube_roles.get(id(v), set())
-        l1 = self.name_of(v, "l1", scope)
         for role in ("l0a", "l0b"):
             if role in roles:
-                dst = self.define(v, role, scope, subs)
-                out.append(self.ins("TMOV", [dst, l1], {}, loc))
+                for part in self.parts(v):
+                    dst = self.define(v, role + part, scope, subs)
+                    out.append(self.ins("TMOV", [dst, self.name_of(v, "l1" + part, scope)], {}, loc))
         return out
 
     # ------------------------------------------------------------------ handoffs
+    def _marked(self, ins_list: list, ch, slot, role) -> list:
+        """Mark the accesses of one handoff: the first waits for the slot, the last signals it."""
+        n = len(ins_list)
+        for k, ins in enumerate(ins_list):
+            part = "all" if n == 1 else "first" if k == 0 else "last" if k == n - 1 else "mid"
+            ins.attrs["_xc"] = (ch.id, slot, role, part)
+            self.anchors[id(ins)] = ins
+        return ins_list
+
     def emit_send(self, it: Item, scope, subs) -> list:
         v, ch = it.value, it.channel
         loc = v.op.loc if v.op is not None else None
         if self.side == CUBE:
-            src = self.name_of(v, "l0c", scope)
-            st = self.ins("TSTORE", [self.ws_region(ch, v, scope, False), src], {"_xc": (ch.id, scope.slot, "w")}, loc)
-            self.anchors[id(st)] = st
-            return [st]
+            sts = [self.ins("TSTORE", [self.ws_region(ch, v, scope, False, part), self.name_of(v, "l0c" + part, scope)],
+                            {}, loc) for part in self.parts(v)]
+            return self._marked(sts, ch, scope.slot, "w")
         src = self.name_of(v, "ub", scope)
-        st = self.ins("TSTORE", [self.ws_region(ch, v, scope, True), src], {"_xc": (ch.id, scope.slot, "w")}, loc)
+        st = self.ins("TSTORE", [self.ws_region(ch, v, scope, True), src], {}, loc)
+        self._marked([st], ch, scope.slot, "w")
         if self.split and v.shape[0] != self.split:
             holder = If(sympy.Eq(SUBBLOCK_IDX, 0), [st])
             self.anchors[id(st)] = holder
             return [holder]
-        self.anchors[id(st)] = st
         return [st]
 
     def emit_recv(self, it: Item, scope, subs) -> list:
         v, ch = it.value, it.channel
         loc = v.op.loc if v.op is not None else None
         if self.side == CUBE:
-            l1 = self.define(v, "l1", scope, subs)
-            ld = self.ins("TLOAD", [l1, self.ws_region(ch, v, scope, False)], {"_xc": (ch.id, scope.slot, "r")}, loc)
-            self.anchors[id(ld)] = ld
-            return [ld] + self.l0_copies(v, scope, subs, loc)
+            lds = [self.ins("TLOAD", [self.define(v, "l1" + part, scope, subs), self.ws_region(ch, v, scope, False, part)],
+                            {}, loc) for part in self.parts(v)]
+            return self._marked(lds, ch, scope.slot, "r") + self.l0_copies(v, scope, subs, loc)
         dst = self.define(v, "ub", scope, subs)
-        ld = self.ins("TLOAD", [dst, self.ws_region(ch, v, scope, True)], {"_xc": (ch.id, scope.slot, "r")}, loc)
-        self.anchors[id(ld)] = ld
-        return [ld]
+        ld = self.ins("TLOAD", [dst, self.ws_region(ch, v, scope, True)], {}, loc)
+        return self._marked([ld], ch, scope.slot, "r")
 
 
 def _when(cond, stmts: list) -> list:

@@ -1,6 +1,7 @@
 """Cross-core flags for the cube <-> vector handoffs (GM workspace slots).
 
-Every handoff store / load carries ``attrs["_xc"] = (channel, slot, "w" | "r")``. Each channel has two
+Every handoff store / load carries ``attrs["_xc"] = (channel, slot, "w" | "r", part)`` (part: "all", or
+"first" / "mid" / "last" for a tile the cube moves in row halves). Each channel has two
 counting flags: ``full`` (writer -> reader) and ``empty`` (reader -> writer). Both sides use a channel's
 slots in the same order (slot = iteration number modulo the slots), so the k-th ``full`` is the k-th
 store. The writer waits ``empty`` before its store and sets ``full`` after it; the reader waits
@@ -44,12 +45,14 @@ def insert_cross_core(block, channels: list, side: str, slots: dict) -> None:
         for s in stmts:
             m = _marked(s)
             if m is not None:
-                ch, slot, role = m.attrs.pop("_xc")
+                ch, slot, role, part = m.attrs.pop("_xc")
                 full, empty = flags_of(ch)
                 wait, set_ = (empty, full) if role == "w" else (full, empty)
                 if role == "w":
                     store_pipe[ch] = m.pipe
-                out += [CrossCoreWaitFlag(m.pipe, wait, m.loc), s, CrossCoreSetFlag(m.pipe, set_, m.loc)]
+                # a tile handed over in row halves: the first access waits for the slot, the last signals
+                out += ([CrossCoreWaitFlag(m.pipe, wait, m.loc)] if part in ("all", "first") else []) + [s] + \
+                       ([CrossCoreSetFlag(m.pipe, set_, m.loc)] if part in ("all", "last") else [])
                 continue
             if isinstance(s, For):
                 s.body = rec(s.body)

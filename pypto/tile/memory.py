@@ -17,7 +17,10 @@ from ..ir.block import Block
 from ..passes.memory import _inplace_ok, _positions, live_ranges
 
 
-def plan(block: Block, machine, tile_loc: dict | None = None) -> dict:
+POOL_SIZES = (4, 3, 2)    # buffers per tile size before one is reused: tried in turn until the tiles fit
+
+
+def plan(block: Block, machine, tile_loc: dict | None = None, max_pool: int = POOL_SIZES[0]) -> dict:
     """Assign ``TileDecl.addr`` for every tile; returns {space: peak bytes}."""
     align = machine.alignment
     order, _ = _positions(block)
@@ -33,17 +36,17 @@ def plan(block: Block, machine, tile_loc: dict | None = None) -> dict:
         by_space.setdefault(t.space, []).append(t)
     for space, tiles in by_space.items():
         cap = machine.capacity[space.capacity_key]
-        for k, pool in enumerate(POOL_SIZES):
+        sizes = [p for p in POOL_SIZES if p <= max_pool] or [POOL_SIZES[-1]]
+        for k, pool in enumerate(sizes):
             try:
                 used[space] = _plan_space(block, tiles, rng, defs, align, cap, space, tile_loc or {}, pool)
                 break
             except TilingError:
-                if k == len(POOL_SIZES) - 1:
+                if k == len(sizes) - 1:
                     raise
     return used
 
 
-POOL_SIZES = (4, 3, 2)    # buffers per tile size before one is reused: tried in turn until the tiles fit
 
 
 def _plan_space(block, tiles, rng, defs, align, cap, space, tile_loc, min_pool: int) -> int:
