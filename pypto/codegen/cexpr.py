@@ -132,7 +132,8 @@ class ExprPrinter:
                                f"of this block") from None
 
     def _sum(self, e, sub) -> str:
-        terms = sorted(e.args, key=lambda t: (t.is_number, sympy.default_sort_key(t)))
+        """Terms with a plus sign first (symbols before numbers), then the subtracted ones."""
+        terms = sorted(e.args, key=lambda t: (t.could_extract_minus_sign(), t.is_number, sympy.default_sort_key(t)))
         out = sub(terms[0])
         for t in terms[1:]:
             if t.could_extract_minus_sign():
