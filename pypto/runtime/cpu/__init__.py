@@ -73,6 +73,7 @@ def build(kernels, machine=None) -> tuple[KernelSet, compiler.BuildResult | None
         _remember(by_name, {n: _BY_SOURCE[d] for n, d in digests.items()}, spec)
         return KernelSet({n: _BY_SOURCE[d] for n, d in digests.items()}), None
     result = compiler.build(module.files)
+    result.kernels = len(by_name)
     lib = _LOADED.get(result.key)
     if lib is None:
         lib = KernelLibrary(result.library, module.abis, by_name)
@@ -143,7 +144,9 @@ def _build_note(built) -> str:
         return "build: already loaded"
     if built.cached:
         return f"build: disk cache hit ({built.library.parent.name})"
-    return f"build: g++ {built.build_s:.2f} s ({built.library.parent.name})"
+    per = built.build_s / max(1, built.kernels)
+    return (f"build: g++ {built.build_s:.2f} s for {built.kernels} kernel(s), {per:.2f} s each "
+            f"({built.library.parent.name})")
 
 
 def one_task_graph(kernel: Kernel, args: dict, scalars: dict | None, block_dim) -> tuple[ExecutionGraph, dict]:

@@ -32,6 +32,7 @@ class BuildResult:
     cached: bool
     build_s: float
     log: str = ""
+    kernels: int = 0          # how many kernels the library holds (set by the caller)
 
 
 @dataclass
