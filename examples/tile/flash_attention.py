@@ -12,9 +12,10 @@ import pypto.tile as pt
 
 
 @pt.kernel
-def flash_attention(Q, K, V, O, BM: int = 128, BN: int = 128, causal: bool = True, handoff=pt.float32):
-    """Q, K, V, O: [batch*heads, seq, head_dim]. ``handoff``: the dtype of the cube's products (scores,
-    P @ V partials) on their way to the vector cores — fp16 halves that GM traffic."""
+def flash_attention(Q, K, V, O, BM: int = 128, BN: int = 128, causal: bool = True, scores=pt.float32,
+                    partials=pt.float32):
+    """Q, K, V, O: [batch*heads, seq, head_dim]. ``scores`` / ``partials``: the dtypes in which the cube
+    hands Q K^T and P V to the vector cores (through GM) — fp16 halves that traffic, at some precision."""
     seq, d = Q.shape[1], Q.shape[2]
     i, bh = pt.program_id(0), pt.program_id(1)
     scale = 1.0 / math.sqrt(d)
@@ -27,7 +28,7 @@ def flash_attention(Q, K, V, O, BM: int = 128, BN: int = 128, causal: bool = Tru
         n_kv = pt.min(pt.cdiv((i + 1) * BM, BN), n_kv)
     for j in pt.range(0, n_kv):
         k = pt.load(K[bh].tile((BN, d))[j, 0])
-        s = pt.matmul(q, k, trans_b=True, out_dtype=handoff).float() * scale
+        s = pt.matmul(q, k, trans_b=True, out_dtype=scores).float() * scale
         if causal:
             s = pt.where(pt.causal_mask((BM, BN), i * BM, j * BN), s, float("-inf"))
         m_new = pt.maximum(m, pt.rowmax(s))
@@ -35,16 +36,16 @@ def flash_attention(Q, K, V, O, BM: int = 128, BN: int = 128, causal: bool = Tru
         p = pt.exp(s - m_new)
         l = l * alpha + pt.rowsum(p)
         v = pt.load(V[bh].tile((BN, d))[j, 0])
-        acc = acc * alpha + pt.matmul(p.to(V.dtype), v, out_dtype=handoff)
+        acc = acc * alpha + pt.matmul(p.to(V.dtype), v, out_dtype=partials)
         m = m_new
     pt.store(O[bh].tile((BM, d))[i, 0], (acc / l).to(O.dtype))
 
 
-def attention(q, k, v, BM=128, BN=128, causal=True, handoff=pt.float32):
+def attention(q, k, v, BM=128, BN=128, causal=True, scores=pt.float32, partials=pt.float32):
     """O = softmax(q k^T / sqrt(d), causal) v for q, k, v [batch*heads, seq, d]."""
     o = torch.empty_like(q)
     grid = (pt.cdiv(q.shape[1], BM), q.shape[0])
-    flash_attention[grid](q, k, v, o, BM=BM, BN=BN, causal=causal, handoff=handoff)
+    flash_attention[grid](q, k, v, o, BM=BM, BN=BN, causal=causal, scores=scores, partials=partials)
     return o
 
 
