@@ -138,11 +138,13 @@ def bench_compile():
     except ImportError as e:
         lower, lower_missing = None, why(e)
     for mode, T in (("prefill", 128), ("decode", 1)):
-        layer = Qwen3NextGatedDeltaNet(cfg, dtype=torch.bfloat16)
+        # traced on the interpreter (tracing only); lowered separately below
+        layer = Qwen3NextGatedDeltaNet(cfg, dtype=torch.bfloat16, per_head=mode == "decode").compile(
+            backend="reference")
         x = torch.randn(1, T, cfg.hidden_size, dtype=torch.bfloat16)
         args = (x,) if mode == "prefill" else (x, torch.zeros(1, cfg.conv_dim, cfg.linear_conv_kernel_dim - 1,
                                                               dtype=torch.bfloat16),
-                                                torch.zeros(1, cfg.linear_num_value_heads, cfg.linear_key_head_dim,
+                                                torch.zeros(cfg.linear_num_value_heads * cfg.linear_key_head_dim,
                                                             cfg.linear_value_head_dim), True)
         t0 = time.perf_counter()
         graph = layer.trace(*args)
