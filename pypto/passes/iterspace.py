@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import symbolic as sym
+from .exprs import same
 
 CLASS = {
     "full": "gen", "arange": "gen", "scalar": "scalar", "input": "source", "constant": "source",
@@ -58,7 +59,7 @@ def non_unit(shape) -> list:
 def is_unit_reshape(src, dst) -> bool:
     """True when the reshape only inserts or removes static size-1 dims."""
     a, b = non_unit(src), non_unit(dst)
-    return len(a) == len(b) and all(sym.equal(x, y) is True for x, y in zip(a, b))
+    return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
 
 
 class Dim:

@@ -17,6 +17,7 @@ from ..ir.block import (BLOCK_IDX, BLOCK_NUM, SUBBLOCK_IDX, Block, CoreType, Cro
 from ..ir.block_printer import print_block
 from ..ir.execution import ExecutionGraph, Loop, Region, Task
 from ..ir.tile_graph import TileGraph, TileLoop
+from .exprs import subs as fast_subs
 from .to_blocks import lower_program
 
 LAUNCH_SYMBOLS = {BLOCK_IDX, BLOCK_NUM, SUBBLOCK_IDX}
@@ -140,7 +141,7 @@ def parameterise(block: Block) -> dict:
     syms = block_symbols(block)
     mapping = {s: _param_symbol(k, s) for k, s in enumerate(syms)}
     if mapping:
-        map_block_exprs(block, lambda v: integer_form(v.xreplace(mapping)))
+        map_block_exprs(block, lambda v: integer_form(fast_subs(v, mapping)))
     block.scalar_params = list(mapping.values())
     return {p.name: s for s, p in mapping.items()}
 

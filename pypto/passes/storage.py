@@ -16,6 +16,7 @@ import sympy
 from .. import symbolic as sym
 from ..ir.execution import Buffer
 from .iterspace import is_one
+from .exprs import same
 
 
 @dataclass
@@ -28,7 +29,7 @@ class Access:
 
     @property
     def is_full(self) -> bool:
-        return all(o == 0 for o in self.offsets) and all(sym.equal(e, s) is True
+        return all(o == 0 for o in self.offsets) and all(same(e, s)
                                                          for e, s in zip(self.extents, self.shape)) \
             and list(self.vdims) == list(range(len(self.shape)))
 
@@ -83,7 +84,7 @@ def contiguous_start(acc: Access):
     r = len(acc.shape)
     first = next((b for b in range(r) if not is_one(acc.extents[b])), r)
     for b in range(first + 1, r):
-        if acc.offsets[b] != 0 or sym.equal(acc.extents[b], acc.shape[b]) is not True:
+        if acc.offsets[b] != 0 or not same(acc.extents[b], acc.shape[b]):
             return None
     start, stride = 0, 1
     for b in reversed(range(r)):

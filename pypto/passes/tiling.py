@@ -27,6 +27,7 @@ from ..ir.tile_graph import TileGraph, TileLoop
 from . import storage as st
 from .fusion import plan_fusion
 from .iterspace import op_class
+from .exprs import same
 
 WRITERS = ("group",)          # items that store their values where asked
 
@@ -67,7 +68,7 @@ class _Scope:
         """A buffer with exactly ``shape`` over the same bytes as ``buffer`` (itself when equal)."""
         b = self.buffers[buffer]
         shape = tuple(shape)
-        if len(shape) == len(b.shape) and all(sym.equal(x, y) is True for x, y in zip(shape, b.shape)):
+        if len(shape) == len(b.shape) and all(same(x, y) for x, y in zip(shape, b.shape)):
             return buffer
         key = (buffer, tuple(str(s) for s in shape))
         if key not in self._views:

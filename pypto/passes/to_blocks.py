@@ -19,11 +19,12 @@ from .. import symbolic as sym
 from ..ir.block import (BLOCK_IDX, BLOCK_NUM, Block, CoreType, For, GMParam, GMRegion, If, Kernel, TileDecl,
                         instr)
 from ..ir.tile_graph import GMTile, TileProgram
+from .exprs import subs as fast_subs
 
 
 def _sx(v, m):
     if isinstance(v, sympy.Basic) and m:
-        r = sympy.sympify(v.xreplace(m))
+        r = sympy.sympify(fast_subs(v, m))
         return int(r) if r.is_Integer else r
     return v
 
@@ -98,7 +99,7 @@ def lower_program(p: TileProgram, machine, core: CoreType = CoreType.AIV):
                     operands.append(_sx(o, copy.subs))
             ins = instr(op.op, operands, tiles, op.attrs, op.loc)
             if op.guard is not None:
-                cond = op.guard.xreplace(copy.subs) if copy.subs else op.guard
+                cond = fast_subs(op.guard, copy.subs) if copy.subs else op.guard
                 alt = emit_ops(op.otherwise, copy)
                 if cond is sympy.false:
                     out.extend(alt)

@@ -22,6 +22,7 @@ from ..ir.isa import MemSpace
 from ..ir.tile_graph import GMTile, TileAxis, TileOp, TileParam, TileProgram, TileValue
 from . import tile_choice
 from .iterspace import is_one
+from .exprs import same
 
 _is_unit = is_one
 
@@ -95,7 +96,7 @@ def _buffer_adjacent(acc, bmap, a, b) -> bool:
         return False
     if any(not is_one(acc.shape[x]) for x in range(ba + 1, bb)):
         return False
-    return acc.offsets[bb] == 0 and sym.equal(acc.extents[bb], acc.shape[bb]) is True
+    return acc.offsets[bb] == 0 and same(acc.extents[bb], acc.shape[bb])
 
 
 def _prod(xs):
@@ -282,6 +283,12 @@ class VectorTiler:
         return self._phase_of_axes(axes)
 
     def valid(self, k):
+        cache = self.__dict__.setdefault("_valid", {})
+        if k not in cache:
+            cache[k] = self._valid_of(k)
+        return cache[k]
+
+    def _valid_of(self, k):
         a = self.axes[k]
         if isinstance(a.size, int) and a.size <= a.tile:
             return a.size
