@@ -31,6 +31,7 @@ def plan(block: Block, machine, tile_loc: dict | None = None, max_pool: int = PO
         if ops and ins.spec.kind != "store":
             defs.setdefault(ops[0], (pos, ins))
     used = {}
+    cls = _classes(order)
     by_space: dict = {}
     for t in block.tiles:
         by_space.setdefault(t.space, []).append(t)
@@ -39,7 +40,7 @@ def plan(block: Block, machine, tile_loc: dict | None = None, max_pool: int = PO
         sizes = [p for p in POOL_SIZES if p <= max_pool] or [POOL_SIZES[-1]]
         for k, pool in enumerate(sizes):
             try:
-                used[space] = _plan_space(block, tiles, rng, defs, align, cap, space, tile_loc or {}, pool)
+                used[space] = _plan_space(block, tiles, rng, defs, align, cap, space, tile_loc or {}, pool, cls)
                 break
             except TilingError:
                 if k == len(sizes) - 1:
@@ -49,11 +50,24 @@ def plan(block: Block, machine, tile_loc: dict | None = None, max_pool: int = PO
 
 
 
-def _plan_space(block, tiles, rng, defs, align, cap, space, tile_loc, min_pool: int) -> int:
+def _classes(order) -> dict:
+    """tile -> (filled by a GM load, drained by a GM store): tiles of different classes get different
+    buffers, so a load never waits for a store that itself waits for the other core (a handoff)."""
+    loaded, stored = set(), set()
+    for ins in order:
+        ops = ins.tile_operands()
+        if ins.spec.kind == "load" and ops:
+            loaded.add(ops[0])
+        elif ins.spec.kind == "store" and ops:
+            stored.add(ops[0])
+    return {n: (n in loaded, n in stored) for ins in order for n in ins.tile_operands()}
+
+
+def _plan_space(block, tiles, rng, defs, align, cap, space, tile_loc, min_pool: int, cls: dict) -> int:
     """Tiles of one size share a pool of buffers: a new tile takes the pool's buffer that was freed
     longest ago, and the pool grows while it has fewer than ``min_pool`` buffers or all are in use."""
     live = sorted((t for t in tiles if t.name in rng), key=lambda t: (rng[t.name][0], -t.nbytes))
-    pools: dict = {}     # size -> list of buffers [addr, size, freed_at or None while in use]
+    pools: dict = {}     # (size, class) -> list of buffers [addr, size, freed_at or None while in use]
     owner: dict = {}     # tile name -> buffer
     active = []          # (end, name)
     top = 0
@@ -73,7 +87,7 @@ def _plan_space(block, tiles, rng, defs, align, cap, space, tile_loc, min_pool: 
                     active.remove(next(a for a in active if a[1] == src))
                     break
         if buf is None:
-            pool = pools.setdefault(size, [])
+            pool = pools.setdefault((size, cls.get(t.name)), [])
             free = [b for b in pool if b[2] is not None]
             if (len(pool) < min_pool or not free) and top + size <= cap:
                 buf = [top, size, None]
