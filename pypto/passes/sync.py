@@ -18,6 +18,11 @@ for the producer:
 
 Event ids are allocated per (src pipe, dst pipe) by interval colouring over program order and
 checked against ``MachineSpec.memory.event_ids``.
+
+Same-pipe hazards: the vector pipe is pipelined and does not check its own dependences, so a vector
+instruction that reads or overwrites bytes an earlier vector instruction wrote (since the last
+barrier) gets ``pipe_barrier(V)`` first, as Ascend kernels do (``BARRIER_PIPES``). The other pipes
+order their own work.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from collections import defaultdict
 
 from ..errors import CompileError
 from ..ir.block import Block, For, If, Instr, PipeBarrier, SetFlag, WaitFlag
+from ..ir.isa import Pipe
 
 
 class _Lists:
@@ -177,6 +183,56 @@ def insert_sync(block: Block, machine) -> Block:
         for where, lid, idx in waits:
             (before if where == "before" else after)[(lid, idx)].append(WaitFlag(src, dst, ev))
     _apply(info, before, after)
+    return insert_barriers(block)
+
+
+BARRIER_PIPES = (Pipe.V,)
+
+
+def insert_barriers(block: Block) -> Block:
+    """pipe_barrier before an instruction of a BARRIER_PIPES pipe that touches bytes the same pipe wrote
+    since its last barrier (loop bodies are walked twice so the previous iteration's writes count)."""
+    def touches(block, ins):
+        reads, writes = _ranges(block, ins)
+        return reads + writes, writes
+
+    def walk(stmts, dirty, insert):
+        out = [] if insert else None
+        for st in stmts:
+            if isinstance(st, Instr):
+                if st.pipe in BARRIER_PIPES:
+                    rng, writes = touches(block, st)
+                    d = dirty.setdefault(st.pipe, [])
+                    if any(_overlap(a, b) for a in rng for b in d):
+                        if insert:
+                            out.append(PipeBarrier(st.pipe))
+                        d.clear()
+                    d.extend(writes)
+                if insert:
+                    out.append(st)
+            elif isinstance(st, For):
+                walk(st.body, dirty, False)          # the previous iteration's writes
+                if insert:
+                    st.body[:] = walk(st.body, dirty, True)
+                    out.append(st)
+                else:
+                    walk(st.body, dirty, False)
+            elif isinstance(st, If):
+                a = {k: list(v) for k, v in dirty.items()}
+                b = {k: list(v) for k, v in dirty.items()}
+                then_new = walk(st.then_body, a, insert)
+                else_new = walk(st.else_body, b, insert)
+                if insert:
+                    st.then_body[:] = then_new
+                    st.else_body[:] = else_new
+                    out.append(st)
+                for k in set(a) | set(b):
+                    dirty[k] = a.get(k, []) + b.get(k, [])
+            else:
+                if insert:
+                    out.append(st)
+        return out
+    block.body[:] = walk(block.body, {}, True)
     return block
 
 
@@ -218,4 +274,4 @@ def _wait_last(s) -> int:
     return 1 if isinstance(s, WaitFlag) else 0
 
 
-__all__ = ["insert_sync", "PipeBarrier"]
+__all__ = ["insert_sync", "insert_barriers"]
