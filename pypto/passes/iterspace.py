@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import symbolic as sym
 from .exprs import same
 
 CLASS = {

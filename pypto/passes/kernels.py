@@ -14,7 +14,6 @@ import sympy
 
 from ..ir.block import (BLOCK_IDX, BLOCK_NUM, SUBBLOCK_IDX, Block, CoreType, CrossCoreSetFlag, CrossCoreWaitFlag, For,
                         GMParam, GMRegion, If, Instr, Kernel, PipeBarrier, SetFlag, TileDecl, WaitFlag)
-from ..ir.block_printer import print_block
 from ..ir.execution import ExecutionGraph, Loop, Region, Task
 from ..ir.tile_graph import TileGraph, TileLoop
 from .exprs import subs as fast_subs

@@ -29,7 +29,6 @@ from .fusion import plan_fusion
 from .iterspace import op_class
 from .exprs import same
 
-WRITERS = ("group",)          # items that store their values where asked
 
 
 class _Scope:
