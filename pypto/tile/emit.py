@@ -419,15 +419,43 @@ class SideEmitter:
         A = Scope(root, "a", "c0", 0)
         B = Scope(root, "b", "c1", 1)
         E = Scope(root, "e", "c0", 0)
-        body = self.emit_items(self.items, A, pids(T)) + self.emit_items(self.items, B, pids(T + BLOCK_NUM))
+        once, items = self._grid_invariant(self.items)
+        setup = self.emit_items(once, root, {})          # the same for every program: once per core
+        body = self.emit_items(items, A, pids(T)) + self.emit_items(items, B, pids(T + BLOCK_NUM))
         loop = For(T, BLOCK_IDX, total - BLOCK_NUM, 2 * BLOCK_NUM, body, {"pipeline": 2}, self.program.loc)
         te = BLOCK_IDX + 2 * BLOCK_NUM * smax(0, sympy.ceiling((total - BLOCK_NUM - BLOCK_IDX) / (2 * BLOCK_NUM)))
-        stmts = [loop] + _when(sympy.Lt(te, total), self.emit_items(self.items, E, pids(te)))
+        stmts = setup + [loop] + _when(sympy.Lt(te, total), self.emit_items(items, E, pids(te)))
         used = {n for ins in walk_instrs(stmts) for n in ins.tile_operands()}
         self.tiles = {n: t for n, t in self.tiles.items() if n in used}      # copies a folded `if` dropped
         self.regions = {n: r for n, r in self.regions.items() if n in used}
         return Block(f"{name}_{'aic' if self.side == CUBE else 'aiv'}", self.core, list(self.gm.values()),
                      list(g), list(self.tiles.values()), stmts, self.program.loc)
+
+    def _grid_invariant(self, items) -> tuple:
+        """Top-level ops that compute the same tile for every program (no program id in their offsets,
+        valid shapes or scalars; operands of the same kind; loads of tensors the kernel never stores)."""
+        pids = set(self.program.pids)
+        stored = set(self.program.outputs)
+        hoisted, ids = [], set()
+
+        def free(x):
+            return pids & sympy.sympify(x).free_symbols if isinstance(x, (sympy.Basic, int)) else set()
+        for it in items:
+            if it.kind != "op" or it.op.op in ("store",) or it.op.out is None:
+                continue
+            op = it.op
+            ok = not any(free(x) for x in op.out.valid)
+            for a in op.args:
+                if isinstance(a, Value):
+                    ok &= id(a) in ids
+                elif hasattr(a, "offsets"):
+                    ok &= a.tensor not in stored and not any(free(x) for x in (*a.offsets, *a.valid))
+                else:
+                    ok &= not free(a) if isinstance(a, sympy.Basic) else True
+            if ok and not self.pl.channels.get(id(op.out)):
+                hoisted.append(it)
+                ids.add(id(op.out))
+        return hoisted, [it for it in items if it not in hoisted]
 
     # ------------------------------------------------------------------ ops
     def emit_op(self, op, scope: Scope, subs: dict) -> list:
