@@ -3,9 +3,8 @@
 + gelu. For attention the table gives the fraction of the cube roofline: useful FLOPs (4 * D * S^2 per
 head, half of it plus the diagonal when causal) over (simulated cycles x cube cores x FLOP/cycle).
 
-    python benchmarks/bench_tile.py                   # a2a3, 1 head (the Tensor level compiles 2-d attention)
-    python benchmarks/bench_tile.py --heads 8         # adds Tile-level rows for 8 heads
-    python benchmarks/bench_tile.py --json bench_results/tile.json
+    python benchmarks/bench_tile.py                   # a2a3; attention with 1 head and with 8 heads
+    python benchmarks/bench_tile.py --heads 16 --json bench_results/tile.json
 """
 from __future__ import annotations
 
@@ -50,12 +49,14 @@ def tile_attention(machine, heads, seq, d, causal, partials, BM=128):
     return fa[(pt.cdiv(seq, BM), heads)](q, k, v, o, BM=BM, BN=BM, causal=causal, partials=partials)
 
 
-def tensor_attention(machine, seq, d, causal):
+def tensor_attention(machine, heads, seq, d, causal):
+    shape = [heads, seq, d] if heads > 1 else [seq, d]
+
     @pypto.jit(backend="sim", machine=machine, timing_only=True)
-    def attn(q: pypto.Tensor[[seq, d], pypto.float16], k: pypto.Tensor[[seq, d], pypto.float16],
-             v: pypto.Tensor[[seq, d], pypto.float16]):
+    def attn(q: pypto.Tensor[shape, pypto.float16], k: pypto.Tensor[shape, pypto.float16],
+             v: pypto.Tensor[shape, pypto.float16]):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    attn(*(torch.empty(seq, d, dtype=torch.float16) for _ in range(3)))
+    attn(*(torch.empty(*shape, dtype=torch.float16) for _ in range(3)))
     return attn.report()
 
 
@@ -76,11 +77,11 @@ def tensor_layer_norm(machine, rows, n):
     return ln.report()
 
 
-def tile_matmul_gelu(machine, m, k, n):
+def tile_matmul_gelu(machine, m, k, n, BM=128, BN=256, BK=64):
     mg = pt.kernel(_example("matmul_gelu").matmul_bias_gelu.fn, backend="sim", machine=machine, timing_only=True)
     a, b = torch.empty(m, k, dtype=torch.float16), torch.empty(k, n, dtype=torch.float16)
     bias, c = torch.empty(n, dtype=torch.float16), torch.empty(m, n, dtype=torch.float16)
-    return mg[(pt.cdiv(m, 128), pt.cdiv(n, 128))](a, b, bias, c, BM=128, BN=128, BK=64)
+    return mg[(pt.cdiv(m, BM), pt.cdiv(n, BN))](a, b, bias, c, BM=BM, BN=BN, BK=BK)
 
 
 def tensor_matmul_gelu(machine, m, k, n):
@@ -107,7 +108,7 @@ def main():
     ap.add_argument("--machine", default="a2a3")
     ap.add_argument("--seq", type=int, default=4096)
     ap.add_argument("--dim", type=int, default=128)
-    ap.add_argument("--heads", type=int, default=1, help="also run the Tile-level attention with this many heads")
+    ap.add_argument("--heads", type=int, default=8, help="attention is also run with this many heads (batch*heads)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     spec = load_machine(args.machine)
@@ -115,23 +116,22 @@ def main():
     S, D = args.seq, args.dim
 
     cases = []
-    for causal in (True, False):
-        tag = "causal" if causal else "full"
-        cases.append((f"attention {tag}", "Tensor (F.scaled_dot_product_attention)", 1, causal,
-                      tensor_attention, (args.machine, S, D, causal)))
-        cases.append((f"attention {tag}", "Tile (fp32 handoffs)", 1, causal,
-                      tile_attention, (args.machine, 1, S, D, causal, pt.float32)))
-        cases.append((f"attention {tag}", "Tile (fp16 P@V partials)", 1, causal,
-                      tile_attention, (args.machine, 1, S, D, causal, pt.float16)))
-        if args.heads > 1:
-            cases.append((f"attention {tag} x{args.heads} heads", "Tile (fp32 handoffs)", args.heads, causal,
-                          tile_attention, (args.machine, args.heads, S, D, causal, pt.float32)))
+    for heads in sorted({1, args.heads}):
+        for causal in (True, False):
+            case = f"attention {'causal' if causal else 'full'} x{heads} head{'s' if heads > 1 else ''}"
+            cases.append((case, "Tensor (F.scaled_dot_product_attention)", heads, causal,
+                          tensor_attention, (args.machine, heads, S, D, causal)))
+            cases.append((case, "Tile (fp32 handoffs)", heads, causal,
+                          tile_attention, (args.machine, heads, S, D, causal, pt.float32)))
+            cases.append((case, "Tile (fp16 P@V partials)", heads, causal,
+                          tile_attention, (args.machine, heads, S, D, causal, pt.float16)))
     cases += [("layer norm [8192, 4096]", "Tensor (F.layer_norm)", 0, None, tensor_layer_norm,
                (args.machine, 8192, 4096)),
-              ("layer norm [8192, 4096]", "Tile", 0, None, tile_layer_norm, (args.machine, 8192, 4096, 4)),
+              ("layer norm [8192, 4096]", "Tile (BR=2)", 0, None, tile_layer_norm, (args.machine, 8192, 4096, 2)),
               ("matmul+bias+gelu 2048^3", "Tensor (gelu(a @ b + bias))", 0, None, tensor_matmul_gelu,
                (args.machine, 2048, 2048, 2048)),
-              ("matmul+bias+gelu 2048^3", "Tile", 0, None, tile_matmul_gelu, (args.machine, 2048, 2048, 2048))]
+              ("matmul+bias+gelu 2048^3", "Tile ([128, 256] tiles, K step 64)", 0, None, tile_matmul_gelu,
+               (args.machine, 2048, 2048, 2048))]
 
     rows, base = [], {}
     for case, level, heads, causal, fn, fargs in tqdm(cases, desc="simulating", unit="case"):

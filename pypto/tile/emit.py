@@ -444,7 +444,8 @@ class SideEmitter:
             if it.kind != "op" or it.op.op in ("store",) or it.op.out is None:
                 continue
             op = it.op
-            ok = not any(free(x) for x in op.out.valid)
+            # loads and what is computed from them (a fill is as cheap as keeping it live everywhere)
+            ok = not any(free(x) for x in op.out.valid) and (op.op == "load" or bool(op.values()))
             for a in op.args:
                 if isinstance(a, Value):
                     ok &= id(a) in ids

@@ -42,10 +42,28 @@ def plan(block: Block, machine, tile_loc: dict | None = None, max_pool: int = PO
             try:
                 used[space] = _plan_space(block, tiles, rng, defs, align, cap, space, tile_loc or {}, pool, cls)
                 break
-            except TilingError:
-                if k == len(sizes) - 1:
-                    raise
+            except TilingError as e:
+                if k < len(sizes) - 1:
+                    continue
+                # pools waste bytes between sizes: pack by liveness alone (first fit) before giving up
+                used[space] = _first_fit(block, tiles, machine, e)
     return used
+
+
+def _first_fit(block, tiles, machine, err):
+    from types import SimpleNamespace
+    from ..passes.memory import plan_memory
+    others = {t.name: t.addr for t in block.tiles if t not in tiles}
+    sub = Block(block.name, block.core, block.gm_params, block.scalar_params, tiles, block.body, block.loc)
+    big = SimpleNamespace(alignment=machine.alignment, capacity={k: 1 << 40 for k in machine.capacity})
+    used = plan_memory(sub, big)
+    space = tiles[0].space
+    if used.get(space, 0) > machine.capacity[space.capacity_key]:
+        raise err
+    for t in block.tiles:
+        if t.name in others:
+            t.addr = others[t.name]
+    return used.get(space, 0)
 
 
 
@@ -110,9 +128,13 @@ def _plan_space(block, tiles, rng, defs, align, cap, space, tile_loc, min_pool: 
     return top
 
 
+def block_align(block) -> int:
+    return 32
+
+
 def _over(block, tiles, rng, pos, t, cap, space, tile_loc):
     live = [x for x in tiles if x.name in rng and rng[x.name][0] <= pos <= rng[x.name][1]]
-    need = sum(x.nbytes for x in live)
+    need = sum(-(-x.nbytes // block_align(block)) * block_align(block) for x in live)
     big = sorted(live, key=lambda x: -x.nbytes)[:4]
     listing = ", ".join(f"{x.name} {x.dtype}[{x.shape[0]}, {x.shape[1]}] ({x.nbytes} B"
                         f"{', ' + str(tile_loc[x.name]) if tile_loc.get(x.name) else ''})" for x in big)
