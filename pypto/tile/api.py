@@ -182,7 +182,8 @@ def _same_valid(a, b) -> bool:
 def matmul(a: Tile, b: Tile, *, trans_a: bool = False, trans_b: bool = False, out_dtype=None,
            acc: Tile | None = None) -> Tile:
     """a @ b on the cube (fp32 accumulation; ``out_dtype`` is the result's dtype, fp32 by default). ``acc``
-    adds the product into an accumulator (``acc + a @ b``, kept in the cube's L0C across a loop)."""
+    adds the product into an accumulator (``acc + a @ b``, kept in the cube's L0C across a loop). An fp32
+    operand next to an fp16/bf16 one is cast to the half type (the cube multiplies half types)."""
     a, b = _tile(a, "matmul", "a"), _tile(b, "matmul", "b")
     if trans_a:
         a = transpose(a)
@@ -192,6 +193,15 @@ def matmul(a: Tile, b: Tile, *, trans_a: bool = False, trans_b: bool = False, ou
     if va.dtype not in _CUBE_IN or vb.dtype not in _CUBE_IN:
         raise DTypeError(f"pt.matmul: the cube multiplies fp16, bf16, fp32 or int8 tiles, found "
                          f"{va.dtype} @ {vb.dtype}")
+    if va.dtype != vb.dtype and {va.dtype, vb.dtype} <= set(_CUBE_IN[:3]) and F32 in (va.dtype, vb.dtype):
+        # an fp32 tile times an fp16/bf16 one (softmax probabilities @ V): the cube takes half types
+        half = vb.dtype if va.dtype == F32 else va.dtype
+        if va.dtype == F32:
+            a = cast(a, half)
+            va = _val(a)
+        else:
+            b = cast(b, half)
+            vb = _val(b)
     if va.dtype != vb.dtype:
         raise DTypeError(f"pt.matmul: operands must share a dtype, found {va.dtype} @ {vb.dtype}",
                          hint="pt.cast one of them")
@@ -326,6 +336,25 @@ def cast(x: Tile, dtype, *, round: str | None = None) -> Tile:    # noqa: A002
 def copy(x: Tile) -> Tile:
     v = _val(_tile(x, "copy"))
     return _emit("copy", [v], out=_out(v))
+
+
+def reshape(x: Tile, shape) -> Tile:
+    """The tile's elements in row-major order, as a tile of another shape (same element count). The
+    vector core writes the tile to a GM scratch row and reads it back in the new shape, so it costs a
+    store and a load. A tile with a tail has no row-major order: a static partial valid shape is an
+    error; at run time the padding reshapes along (its values are undefined)."""
+    v = _val(_tile(x, "reshape"))
+    shape = _shape2(shape, "reshape")
+    if shape[0] * shape[1] != v.shape[0] * v.shape[1]:
+        raise ShapeError(f"pt.reshape: a {_fmt(x)} tile has {v.shape[0] * v.shape[1]} elements, "
+                         f"[{shape[0]}, {shape[1]}] holds {shape[0] * shape[1]}")
+    if any(isinstance(x, int) and x != d for x, d in zip(v.valid, v.shape)):
+        raise ShapeError(f"pt.reshape: the tile's valid shape {list(v.valid)} is not its whole shape "
+                         f"{list(v.shape)}; a tile with a tail has no row-major order to keep",
+                         hint="reshape tiles of full views, or pt.where the tail to a value first")
+    if shape == tuple(v.shape):
+        return x
+    return _emit("reshape", [v], out=(shape, v.dtype, shape))
 
 
 def transpose(x: Tile) -> Tile:

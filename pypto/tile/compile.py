@@ -41,6 +41,7 @@ class CompiledTile:
     placement: Placement | None = None
     workspaces: list = field(default_factory=list)
     skewed: list = field(default_factory=list)        # loop variables software-pipelined
+    scratch: list = field(default_factory=list)       # GM scratch of pt.reshape: (base, rows, cols, view, ...)
     peak_bytes: dict = field(default_factory=dict)    # "side.space" -> bytes of on-chip memory used
 
     @property
@@ -111,19 +112,21 @@ def _build(program, pl, machine, sides, stages, unroll, max_pool=4):
     of loop tiles land on different bytes when they fit) and pipe sync."""
     slots = channel_slots(program, pl, unroll)
     blocks, peaks = [], {}
+    scratch = _build.scratch = []
     for s in sides:
         em = SideEmitter(s, program, pl, machine, stages[s], unroll, slots)
         block = em.build(program.name)
         used = plan_tiles(block, machine, _tile_locs(em, program), max_pool)
         peaks.update({f"{s}.{sp}": n for sp, n in used.items()})
         try:
-            synchronize(block, machine)
+            synchronize(block, machine, {v: b for b, _, _, v, _, _, _ in em.scratch})
         except CompileError as e:
             if "event" in str(e):
                 raise _TooManyEvents() from e
             raise
         insert_cross_core(block, pl.channel_list(), s, slots)
         blocks.append(block)
+        scratch.extend(em.scratch)
     return blocks, peaks, slots
 
 
@@ -152,7 +155,7 @@ def compile_program(program: KernelProgram, backend: str, machine, options: dict
     workspaces = [Workspace(c.param, slots[c.id] * c.value.shape[0], c.value.shape[1], c.value.dtype)
                   for c in pl.channel_list()]
     _dump(program, options, "kernel.pto", str(kernel))
-    return CompiledTile(program, kernel, pl, workspaces, skewed, peaks)
+    return CompiledTile(program, kernel, pl, workspaces, skewed, list(_build.scratch), peaks)
 
 
 def _all_loops(stmts):

@@ -71,6 +71,8 @@ class SideEmitter:
         self.regions: dict = {}
         self.gm: dict = {}
         self.anchors: dict = {}                    # id(marked instr) -> statement holding it
+        self.reshapes: dict = {}                   # id(reshape op) -> scratch number
+        self.scratch: list = []                    # (base, rows, cols, view, rows2, cols2, dtype) per reshape
         self.items = side_items(program.body, side, pl)
         self.cluster = pl.kind == "cluster"
         self.split = pl.split_rows if side == VECTOR and self.cluster else None
@@ -480,6 +482,8 @@ class SideEmitter:
         if op.op == "tril" and self._uses.get(id(op.out), 0) == 1 and \
                 any(self._guarded_mask(u) for u in self._users.get(id(op.out), ())):
             return []                                     # emitted by the select it guards
+        if op.op == "reshape":
+            return self.emit_reshape(op, scope, subs)
         if self._guarded_mask(op):
             m, a, b = op.args
             mask = self.define(m, "ub", scope, subs)
@@ -532,6 +536,22 @@ class SideEmitter:
         if d.pto is None:
             raise CompileError(f"pt.{op.op} is not supported on the vector cores yet", loc=loc)
         return [self.ins(d.pto, [dst] + args, attrs, loc)]
+
+    def emit_reshape(self, op, scope, subs) -> list:
+        """Through a per-core GM scratch: store the tile as [R, C] rows, load them back as [R2, C2]."""
+        src, out = op.args[0], op.out
+        k = self.reshapes.setdefault(id(op), len(self.reshapes))
+        base, view = f"rs{k}", f"rs{k}v"
+        (r, c), (r2, c2) = src.shape, out.shape
+        if base not in self.gm:
+            rows = sympy.Symbol(f"{base}_rows", integer=True, positive=True)
+            rows2 = sympy.Symbol(f"{view}_rows", integer=True, positive=True)
+            self.gm[base] = GMParam(base, src.dtype, (rows, c))
+            self.gm[view] = GMParam(view, src.dtype, (rows2, c2))
+            self.scratch.append((base, r, c, view, r2, c2, src.dtype))
+        dst = self.define(out, "ub", scope, subs)
+        return [self.ins("TSTORE", [GMRegion(base, (BLOCK_IDX * r, 0)), self.name_of(src, "ub", scope)], {}, op.loc),
+                self.ins("TLOAD", [dst, GMRegion(view, (BLOCK_IDX * r2, 0))], {}, op.loc)]
 
     def emit_cube_op(self, op, scope, subs) -> list:
         loc = op.loc

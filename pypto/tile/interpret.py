@@ -121,6 +121,8 @@ class _Run:
             res = args[0][:r, :c]
             if name == "cast" and not out.dtype.is_floating_point and res.dtype.is_floating_point:
                 res = torch.round(res.to(F32))
+        elif name == "reshape":
+            res = args[0].reshape(r, c)
         elif name == "transpose":
             res = args[0][:c, :r].T
         elif name == "full":

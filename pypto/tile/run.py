@@ -29,6 +29,9 @@ def execution_graph(compiled, tensors: dict, grid: tuple, machine) -> tuple:
         buffers[p.name] = Buffer(p.name, tuple(p.shape), p.dtype, role)
     for ws in compiled.workspaces:
         buffers[ws.param] = Buffer(ws.param, (ws.rows_per_block * bd, ws.cols), ws.dtype, "workspace")
+    for base, r, c, view, r2, c2, dt in compiled.scratch:          # pt.reshape: one scratch, two shapes
+        buffers[base] = Buffer(base, (r * bd, c), dt, "workspace")
+        buffers[view] = Buffer(view, (r2 * bd, c2), dt, "workspace", view_of=base)
     scalars = {s.name: int(g) for s, g in zip(prog.grid_sizes, grid)}
     task = Task(kernel.name, {n: n for n in buffers}, scalars, bd, loc=prog.loc, name=kernel.name)
     inputs = [p.name for p in prog.params if p.name not in prog.outputs]

@@ -48,7 +48,8 @@ def tile_resources(block: Block) -> dict:
     return {t.name: ("tile", uf.find(t.name)) for t in block.tiles}
 
 
-def synchronize(block: Block, machine) -> None:
+def synchronize(block: Block, machine, gm_alias: dict | None = None) -> None:
+    """``gm_alias``: GM params that are views of another (pt.reshape scratch): one resource."""
     from pypto_pro.language.errors import SyncError
     from pypto_pro.language.events import allocate_events
     from pypto_pro.language.sync import PipeSync, Seq
@@ -58,7 +59,8 @@ def synchronize(block: Block, machine) -> None:
     def resources_of(ins: Instr) -> list:
         out = []
         for o in ins.operands:
-            r = res[o] if isinstance(o, str) else ("gm", o.param) if isinstance(o, GMRegion) else None
+            r = res[o] if isinstance(o, str) else \
+                ("gm", (gm_alias or {}).get(o.param, o.param)) if isinstance(o, GMRegion) else None
             if r is not None and r not in out:
                 out.append(r)
         return out

@@ -156,3 +156,41 @@ def test_grid_from_a_function_of_the_arguments():
     y = torch.empty_like(x)
     k[lambda a: (pt.cdiv(a["X"].shape[0], a["BR"]),)](x, y, BR=8)
     torch.testing.assert_close(y, x * 3)
+
+
+def fused_attention_kernel(Q_tile, K_tile, V_tile, out_tile):
+    """The issue's sketch, verbatim: tile views in, one attention block out."""
+    q_blk = pt.load(Q_tile); k_blk = pt.load(K_tile)                # noqa: E702
+    score_blk = pt.matmul(q_blk, pt.transpose(k_blk))
+    prob_blk = pt.softmax(score_blk)
+    v_blk = pt.load(V_tile)
+    pt.store(out_tile, pt.matmul(prob_blk, v_blk))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_issue_sketch_reads_naturally(backend):
+    @pt.kernel(backend=backend)
+    def attention(Q, K, V, O, BM: int = 32):
+        i = pt.program_id(0)
+        s, d = K.shape
+        fused_attention_kernel(Q.tile((BM, d))[i, 0], K.tile((s, d))[0, 0], V.tile((s, d))[0, 0],
+                               O.tile((BM, d))[i, 0])
+    torch.manual_seed(5)
+    q, k, v = torch.randn(80, 64).half(), torch.randn(64, 64).half(), torch.randn(64, 64).half()
+    o = torch.empty(80, 64)
+    attention[(3,)](q, k, v, o)
+    ref = torch.softmax(q.float() @ k.float().T, -1).half().float() @ v.float()
+    torch.testing.assert_close(o, ref, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reshape_through_gm_scratch(backend):
+    @pt.kernel(backend=backend)
+    def k(X, Y):
+        i = pt.program_id(0)
+        y = pt.reshape(pt.exp(pt.load(X.tile((8, 64))[i, 0])), (16, 32)) * 2.0
+        pt.store(Y.tile((16, 32))[i, 0], y)
+    X = torch.randn(24, 64)
+    Y = torch.empty(48, 32)
+    k[(3,)](X, Y)
+    torch.testing.assert_close(Y, (X.exp() * 2).reshape(48, 32), rtol=1e-5, atol=1e-5)
