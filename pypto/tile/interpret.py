@@ -52,7 +52,7 @@ class _Run:
         if t.dim() == 1:
             return t[offs[0]:offs[0] + c].unsqueeze(0), (r, c)
         idx = tuple(offs[:-2]) + (slice(offs[-2], offs[-2] + r), slice(offs[-1], offs[-1] + c))
-        if any(o < 0 for o in offs) or offs[-2] + r > t.shape[-2] or offs[-1] + c > t.shape[-1]:
+        if (r and c) and (any(o < 0 for o in offs) or offs[-2] + r > t.shape[-2] or offs[-1] + c > t.shape[-1]):
             raise PyptoError(f"tile view {view} reads outside {view.tensor}{list(t.shape)}")
         return t[idx], (r, c)
 

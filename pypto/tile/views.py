@@ -27,6 +27,13 @@ def extent(tile: int, size, offset):
     return smax(0, smin(tile, sympy.sympify(size) - offset))
 
 
+def _clamp(offset, size):
+    """A tile past the end of the tensor starts at its end (and has no valid part): never read."""
+    if isinstance(offset, int) and isinstance(size, int):
+        return min(offset, size)
+    return offset if offset == 0 else smin(offset, size)
+
+
 class TensorArg:
     """A GM tensor argument of a kernel (or the part of it left after fixing leading indices)."""
 
@@ -113,10 +120,10 @@ class TileGrid:
         rows, cols = self.tile_shape
         gm = t._gm
         if nd == 1:
-            off = sym.simplify(sympy.sympify(coords[0]) * cols)
+            off = _clamp(sym.simplify(sympy.sympify(coords[0]) * cols), gm.shape[-1])
             return TileView(gm, t._lead + (off,), (1, cols), (1, extent(cols, gm.shape[-1], off)))
-        r0 = sym.simplify(sympy.sympify(coords[0]) * rows)
-        c0 = sym.simplify(sympy.sympify(coords[1]) * cols)
+        r0 = _clamp(sym.simplify(sympy.sympify(coords[0]) * rows), gm.shape[-2])
+        c0 = _clamp(sym.simplify(sympy.sympify(coords[1]) * cols), gm.shape[-1])
         valid = (extent(rows, gm.shape[-2], r0), extent(cols, gm.shape[-1], c0))
         return TileView(gm, t._lead + (r0, c0), (rows, cols), valid)
 

@@ -194,3 +194,15 @@ def test_reshape_through_gm_scratch(backend):
     Y = torch.empty(48, 32)
     k[(3,)](X, Y)
     torch.testing.assert_close(Y, (X.exp() * 2).reshape(48, 32), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_programs_past_the_end_read_and_write_nothing(backend):
+    @pt.kernel(backend=backend)
+    def k(X, Y):
+        i = pt.program_id(0)
+        pt.store(Y.tile((16, 32))[i, 0], pt.load(X.tile((16, 32))[i, 0]) + 1.0)
+    X = torch.randn(20, 32)
+    Y = torch.zeros(20, 32)
+    k[(4,)](X, Y)                        # 2 programs would do; programs 2 and 3 have empty tiles
+    torch.testing.assert_close(Y, X + 1)

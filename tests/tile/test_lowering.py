@@ -1,0 +1,109 @@
+"""How tile kernels lower: core types, placement, handoffs, pipelining, memory and the Block IR rules."""
+import os
+
+import pytest
+import torch
+
+import pypto.tile as pt
+from pypto.ir.block import CoreType, CrossCoreSetFlag, CrossCoreWaitFlag, For, walk
+from pypto.ir.block_verify import verify_kernel
+from pypto.ir.isa import MemSpace
+from pypto.machine import get_machine
+
+
+def _compile(kernel, *args, grid, **kw):
+    return pt.kernel(kernel.fn, backend="sim")[grid].compile(*args, **kw)
+
+
+@pytest.fixture(scope="module")
+def attention(examples):
+    q, k, v = (torch.empty(2, 256, 128, dtype=torch.float16) for _ in range(3))
+    return _compile(examples["flash_attention"].flash_attention, q, k, v, torch.empty_like(q), grid=(2, 2))
+
+
+def test_vector_only_kernel_is_one_aiv_block(examples):
+    x = torch.empty(64, 256, dtype=torch.float16)
+    w = torch.empty(256, dtype=torch.float16)
+    c = _compile(examples["layer_norm"].layer_norm, x, w, w, torch.empty_like(x), grid=(4,))
+    assert c.kind == "vector" and [b.core for b in c.kernel.blocks] == [CoreType.AIV]
+    verify_kernel(c.kernel, get_machine())
+    # the weights are loaded once per core, before the grid loop
+    first_loop = next(i for i, s in enumerate(c.kernel.blocks[0].body) if isinstance(s, For))
+    loads = [s for s in c.kernel.blocks[0].body[:first_loop] if getattr(s, "op", None) == "TLOAD"]
+    assert {s.operands[1].param for s in loads} == {"W", "B"}
+
+
+def test_attention_is_a_cluster_with_split_vector_rows_and_a_pipelined_loop(attention):
+    c = attention
+    assert c.kind == "cluster" and {b.core for b in c.kernel.blocks} == {CoreType.AIC, CoreType.AIV}
+    assert c.placement.split_rows == 128                 # each vector core takes 64 of the 128 query rows
+    assert c.skewed                                      # the KV loop is software-pipelined
+    handed = {ch.value.op.op if ch.value.op else "carried" for ch in c.placement.channel_list()}
+    assert len(c.placement.channel_list()) == 3          # scores and P @ V to the vector cores, P to the cube
+    assert "matmul" in handed and "cast" in handed
+    verify_kernel(c.kernel, get_machine())
+    aic = c.kernel.block(CoreType.AIC)
+    spaces = {t.space for t in aic.tiles}
+    assert {MemSpace.L1, MemSpace.L0A, MemSpace.L0B, MemSpace.L0C} <= spaces
+    assert any(t.name.startswith("Q") and "h1" in t.name for t in aic.tiles)   # the cube works in row halves
+
+
+def test_cross_core_flags_balance(attention):
+    """Every flag one core sets is waited by the other the same number of times (static count per
+    loop body copy: sets == waits per flag id across the two blocks)."""
+    count = {}
+    for b in attention.kernel.blocks:
+        for s in walk(b.body):
+            if isinstance(s, (CrossCoreSetFlag, CrossCoreWaitFlag)):
+                key = (s.flag, "set" if isinstance(s, CrossCoreSetFlag) else "wait", b.core)
+                count[key] = count.get(key, 0) + 1
+    for (flag, kind, core), n in count.items():
+        if kind == "set":
+            other = CoreType.AIV if core == CoreType.AIC else CoreType.AIC
+            assert count.get((flag, "wait", other)) == n
+
+
+def test_loop_tiles_take_distinct_buffers(attention):
+    """Double buffering: the score tiles of consecutive KV iterations sit on different bytes."""
+    aiv = attention.kernel.block(CoreType.AIV)
+    scores = attention.placement.channel_list()[0].value.name        # the first tile handed over: Q K^T
+    score_addrs = {t.addr for t in aiv.tiles if t.name.startswith(scores + "_")}
+    assert len(score_addrs) >= 2
+
+
+def test_kernel_is_compiled_once_per_signature(examples):
+    k = pt.kernel(examples["layer_norm"].layer_norm.fn, backend="sim")
+    x = torch.randn(20, 128, dtype=torch.float16)
+    w, b = torch.randn(128, dtype=torch.float16), torch.randn(128, dtype=torch.float16)
+    for _ in range(2):
+        k[(3,)](x, w, b, torch.empty_like(x), BR=8)
+    assert k.trace_count == 1
+    k[(3,)](x, w, b, torch.empty_like(x), BR=16)          # another constant: another compilation
+    assert k.trace_count == 2
+
+
+def test_dumps_tile_program_and_block_ir(examples, tmp_path):
+    x = torch.randn(16, 64)
+    w = torch.randn(64)
+    k = pt.kernel(examples["layer_norm"].layer_norm.fn, backend="sim", dump=str(tmp_path))
+    k[(2,)](x, w, w, torch.empty_like(x), BR=8)
+    d = tmp_path / "tile_layer_norm"
+    assert "rowsum" in (d / "tile_program.txt").read_text()
+    text = (d / "kernel.pto").read_text()
+    assert "block layer_norm_aiv" in text and "TROWSUM" in text
+
+
+def test_report_comes_back_from_the_launch(examples):
+    x = torch.randn(16, 64)
+    w = torch.randn(64)
+    k = pt.kernel(examples["layer_norm"].layer_norm.fn, backend="sim")
+    rep = k[(2,)](x, w, w, torch.empty_like(x), BR=8)
+    assert rep.cycles > 0 and rep is k.report() is pt.last_report()
+
+
+def test_verify_env_runs_the_block_verifier(examples, monkeypatch):
+    monkeypatch.setenv("PYPTO_VERIFY", "1")
+    a, b = torch.randn(64, 64).half(), torch.randn(64, 64).half()
+    c = _compile(examples["matmul_gelu"].matmul_bias_gelu, a, b, torch.randn(64).half(),
+                 torch.empty(64, 64).half(), grid=(1, 1), BM=64, BN=64, BK=32)
+    assert c.kind == "cluster"
