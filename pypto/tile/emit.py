@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import sympy
 
-from .. import symbolic as sym
 from ..dtypes import DataType, float32, int32
 from ..errors import CompileError
 from ..ir.block import (BLOCK_IDX, BLOCK_NUM, SUBBLOCK_IDX, Block, CoreType, For, GMParam, GMRegion, If,

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import CompileError
-from .ir import KernelProgram, Loop, Op, Value, walk_ops
+from .ir import KernelProgram, Loop, Value, walk_ops
 from .optable import is_row_local
 
 CUBE, VECTOR = "cube", "vector"

@@ -7,7 +7,6 @@ import importlib
 import math
 
 import sympy
-import torch
 
 from ..errors import BackendUnavailableError
 from ..ir.execution import Buffer, ExecutionGraph, Task

@@ -1,5 +1,4 @@
 """How tile kernels lower: core types, placement, handoffs, pipelining, memory and the Block IR rules."""
-import os
 
 import pytest
 import torch

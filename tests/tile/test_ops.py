@@ -1,6 +1,5 @@
 """Tile ops against torch (computed independently here), on the reference interpreter and the simulator:
 elementwise math and broadcasts, reductions, masks and selects, casts, matmul forms, loop-carried tiles."""
-import math
 
 import pytest
 import torch
