@@ -1,7 +1,8 @@
 """Tile-level kernels against the same computation written at the Tensor level, on the simulated machine
 (timing only): flash attention (seq 4096, head dim 128, fp16; causal and not), layer norm, matmul + bias
 + gelu. For attention the table gives the fraction of the cube roofline: useful FLOPs (4 * D * S^2 per
-head, half of it plus the diagonal when causal) over (simulated cycles x cube cores x FLOP/cycle).
+head, half of it plus the diagonal when causal) over (simulated cycles x cube cores x FLOP/cycle). The
+Tile rows compare with the faster of the two Tensor-level forms that compiles.
 
     python benchmarks/bench_tile.py                   # a2a3; attention with 1 head and with 8 heads
     python benchmarks/bench_tile.py --heads 16 --json bench_results/tile.json
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import sys
 import time
@@ -41,11 +43,13 @@ def attention_flops(heads, seq, d, causal):
     return 4 * d * heads * (seq * (seq + 1) / 2 if causal else seq * seq)
 
 
-def tile_attention(machine, heads, seq, d, causal, partials, BM=128):
+def tile_attention(machine, heads, seq, d, causal, partials, BM=64, BN=256):
+    """[BM, BN] = [64, 256] tiles: 64 query rows (32 per vector core) against 256 keys per step, the best
+    of the shapes tried on a2a3 (with one head, 64 query tiles also balance the 24 clusters better)."""
     fa = pt.kernel(_example("flash_attention").flash_attention.fn, backend="sim", machine=machine, timing_only=True)
     q, k, v = (torch.empty(heads, seq, d, dtype=torch.float16) for _ in range(3))
     o = torch.empty_like(q)
-    return fa[(pt.cdiv(seq, BM), heads)](q, k, v, o, BM=BM, BN=BM, causal=causal, partials=partials)
+    return fa[(pt.cdiv(seq, BM), heads)](q, k, v, o, BM=BM, BN=BN, causal=causal, partials=partials)
 
 
 def tensor_attention(machine, heads, seq, d, causal):
@@ -56,6 +60,22 @@ def tensor_attention(machine, heads, seq, d, causal):
              v: pypto.Tensor[shape, pypto.float16]):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     attn(*(torch.empty(*shape, dtype=torch.float16) for _ in range(3)))
+    return attn.report()
+
+
+def tensor_attention_explicit(machine, heads, seq, d, causal):
+    """The same attention as explicit ops: scores (+ an additive -inf mask for causal), softmax, @ v."""
+    shape = [heads, seq, d] if heads > 1 else [seq, d]
+    scale = 1.0 / math.sqrt(d)
+
+    @pypto.jit(backend="sim", machine=machine, timing_only=True)
+    def attn(q: pypto.Tensor[shape, pypto.float16], k: pypto.Tensor[shape, pypto.float16],
+             v: pypto.Tensor[shape, pypto.float16], mask: pypto.Tensor[[seq, seq], pypto.float32]):
+        s = pypto.matmul(q, k, out_dtype=pypto.float32, b_trans=True) * scale
+        if causal:
+            s = s + mask
+        return pypto.matmul(pypto.cast(F.softmax(s, -1), pypto.float16), v)
+    attn(*(torch.empty(*shape, dtype=torch.float16) for _ in range(3)), torch.empty(seq, seq))
     return attn.report()
 
 
@@ -120,6 +140,8 @@ def main():
             case = f"attention {'causal' if causal else 'full'} x{heads} head{'s' if heads > 1 else ''}"
             cases.append((case, "Tensor (F.scaled_dot_product_attention)", heads, causal,
                           tensor_attention, (args.machine, heads, S, D, causal)))
+            cases.append((case, "Tensor (explicit matmul, mask, softmax, matmul)", heads, causal,
+                          tensor_attention_explicit, (args.machine, heads, S, D, causal)))
             cases.append((case, "Tile (fp32 handoffs)", heads, causal,
                           tile_attention, (args.machine, heads, S, D, causal, pt.float32)))
             cases.append((case, "Tile (fp16 P@V partials)", heads, causal,
@@ -143,7 +165,7 @@ def main():
             if heads:
                 row["cube_fraction"] = attention_flops(heads, S, D, causal) / (rep.cycles * peak)
             if level.startswith("Tensor"):
-                base[case] = rep.time_us
+                base[case] = min(base.get(case, rep.time_us), rep.time_us)      # the faster Tensor form
             elif case in base:
                 row["speedup"] = base[case] / rep.time_us
         rows.append(row)

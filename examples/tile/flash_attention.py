@@ -12,7 +12,7 @@ import pypto.tile as pt
 
 
 @pt.kernel
-def flash_attention(Q, K, V, O, BM: int = 128, BN: int = 128, causal: bool = True, scores=pt.float32,
+def flash_attention(Q, K, V, O, BM: int = 64, BN: int = 256, causal: bool = True, scores=pt.float32,
                     partials=pt.float32):
     """Q, K, V, O: [batch*heads, seq, head_dim]. ``scores`` / ``partials``: the dtypes in which the cube
     hands Q K^T and P V to the vector cores (through GM) — fp16 halves that traffic, at some precision."""
@@ -41,7 +41,7 @@ def flash_attention(Q, K, V, O, BM: int = 128, BN: int = 128, causal: bool = Tru
     pt.store(O[bh].tile((BM, d))[i, 0], (acc / l).to(O.dtype))
 
 
-def attention(q, k, v, BM=128, BN=128, causal=True, scores=pt.float32, partials=pt.float32):
+def attention(q, k, v, BM=64, BN=256, causal=True, scores=pt.float32, partials=pt.float32):
     """O = softmax(q k^T / sqrt(d), causal) v for q, k, v [batch*heads, seq, d]."""
     o = torch.empty_like(q)
     grid = (pt.cdiv(q.shape[1], BM), q.shape[0])
