@@ -17,7 +17,8 @@ def _compile(kernel, *args, grid, **kw):
 @pytest.fixture(scope="module")
 def attention(examples):
     q, k, v = (torch.empty(2, 256, 128, dtype=torch.float16) for _ in range(3))
-    return _compile(examples["flash_attention"].flash_attention, q, k, v, torch.empty_like(q), grid=(2, 2))
+    return _compile(examples["flash_attention"].flash_attention, q, k, v, torch.empty_like(q), grid=(2, 2),
+                    BM=128, BN=128)
 
 
 def test_vector_only_kernel_is_one_aiv_block(examples):
