@@ -2,7 +2,7 @@
 key/value tiles keeps a running row max ``m``, row sum ``l`` and output accumulator ``acc`` (online
 softmax), so the [S, S] score matrix never exists in GM.
 
-    python examples/tile/flash_attention.py        # checks a small case against torch on the simulator
+    python examples/tile/flash_attention.py [sim|cpu|reference]   # a small case against torch
 """
 import math
 
@@ -58,4 +58,8 @@ def main(bh=2, seq=200, d=64, dtype=torch.float16):
 
 
 if __name__ == "__main__":
+    import sys
+
+    import pypto
+    pypto.set_backend(sys.argv[1] if len(sys.argv) > 1 else "sim")      # sim | cpu | reference
     main()

@@ -1,7 +1,7 @@
 """Layer norm at the Tile level: one program per block of BR rows (the whole row in one tile), statistics
 and normalisation in fp32, the result rounded to the input's dtype.
 
-    python examples/tile/layer_norm.py
+    python examples/tile/layer_norm.py [sim|cpu|reference]
 """
 import torch
 
@@ -39,4 +39,8 @@ def main(rows=100, n=512, dtype=torch.float16):
 
 
 if __name__ == "__main__":
+    import sys
+
+    import pypto
+    pypto.set_backend(sys.argv[1] if len(sys.argv) > 1 else "sim")      # sim | cpu | reference
     main()

@@ -2,7 +2,7 @@
 GELU, cast) runs on the vector cores of the same cluster — the accumulator is handed over through a GM
 workspace slot, so the next output tile's K loop overlaps this tile's epilogue.
 
-    python examples/tile/matmul_gelu.py
+    python examples/tile/matmul_gelu.py [sim|cpu|reference]
 """
 import torch
 
@@ -39,4 +39,8 @@ def main(m=200, k=160, n=300, dtype=torch.float16):
 
 
 if __name__ == "__main__":
+    import sys
+
+    import pypto
+    pypto.set_backend(sys.argv[1] if len(sys.argv) > 1 else "sim")      # sim | cpu | reference
     main()
