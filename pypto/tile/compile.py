@@ -18,6 +18,7 @@ from ..ir.block_verify import verify_kernel
 from . import skew
 from .memory import plan as plan_tiles
 from .sync import synchronize
+from .tile_graph import to_tile_graph
 from .emit import SideEmitter
 from .handoff import insert_cross_core
 from .ir import KernelProgram, Loop
@@ -43,6 +44,7 @@ class CompiledTile:
     skewed: list = field(default_factory=list)        # loop variables software-pipelined
     scratch: list = field(default_factory=list)       # GM scratch of pt.reshape: (base, rows, cols, view, ...)
     peak_bytes: dict = field(default_factory=dict)    # "side.space" -> bytes of on-chip memory used
+    tile_graph: object = None                         # the placed program as a pypto.ir.tile_graph.TileGraph
 
     @property
     def kind(self) -> str:
@@ -136,6 +138,8 @@ def compile_program(program: KernelProgram, backend: str, machine, options: dict
     if backend == "reference":
         return CompiledTile(program)
     pl = place(program)
+    tg = to_tile_graph(program, pl)
+    _dump_tile_graph(program, options, tg)
     sides = [s for s in (CUBE, VECTOR) if pl.kind in (s, "cluster")]
     stages, unroll = plan_stages(program, pl, sides)
     # more buffers and deeper pipelining need more set/wait events; when a pipe pair runs out of them,
@@ -155,7 +159,7 @@ def compile_program(program: KernelProgram, backend: str, machine, options: dict
     workspaces = [Workspace(c.param, slots[c.id] * c.value.shape[0], c.value.shape[1], c.value.dtype)
                   for c in pl.channel_list()]
     _dump(program, options, "kernel.pto", str(kernel))
-    return CompiledTile(program, kernel, pl, workspaces, skewed, list(_build.scratch), peaks)
+    return CompiledTile(program, kernel, pl, workspaces, skewed, list(_build.scratch), peaks, tg)
 
 
 def _all_loops(stmts):
@@ -174,6 +178,13 @@ def _tile_locs(em, program) -> dict:
         if v is not None and v.op is not None:
             locs[name] = v.op.loc
     return locs
+
+
+def _dump_tile_graph(program, options, tg):
+    import json
+    _dump(program, options, "tile_graph.txt", str(tg))
+    _dump(program, options, "tile_graph.json", json.dumps(tg.to_json(), indent=1, default=str))
+    _dump(program, options, "tile_graph.dot", tg.to_dot())
 
 
 def _dump(program, options, fname, text):

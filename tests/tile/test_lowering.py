@@ -91,6 +91,19 @@ def test_dumps_tile_program_and_block_ir(examples, tmp_path):
     assert "rowsum" in (d / "tile_program.txt").read_text()
     text = (d / "kernel.pto").read_text()
     assert "block layer_norm_aiv" in text and "TROWSUM" in text
+    assert "tile_program layer_norm_aiv (vector)" in (d / "tile_graph.txt").read_text()
+    assert (d / "tile_graph.json").exists() and (d / "tile_graph.dot").exists()
+
+
+def test_placed_program_is_a_tile_graph(attention):
+    from pypto.ir.tile_graph import tile_graph_from_json, tile_graph_to_json
+    tg = attention.tile_graph
+    assert [p.kind for p in tg.programs()] == ["matmul", "vector"]
+    cube = tg.items[0]
+    assert {"TMATMUL", "TLOAD", "TSTORE", "TMOV"} <= {op.op for op in cube.ops}
+    assert any(op.phase == "step" for op in cube.ops)
+    again = tile_graph_from_json(tile_graph_to_json(tg))
+    assert str(again) == str(tg)
 
 
 def test_report_comes_back_from_the_launch(examples):
