@@ -81,3 +81,11 @@ def test_examples_on_cpu(examples):
     _with(examples["matmul_gelu"].matmul_bias_gelu, "cpu")[(2, 2)](a, bm, bias, c, BM=64, BN=64, BK=32)
     torch.testing.assert_close(c.float(), torch.nn.functional.gelu(a.float() @ bm.float() + bias.float()),
                                **TOL[torch.float16])
+
+
+def test_flash_attention_every_trip_count_of_the_pipelined_loop(examples):
+    """Causal 448 = 7 tiles of 64: the KV loop runs 1..7 times (prologue, whole groups, peeled ends)."""
+    torch.manual_seed(6)
+    q, k, v = (torch.randn(1, 448, 64, dtype=torch.float16) for _ in range(3))
+    o = run_attention(examples["flash_attention"], "sim", q, k, v, 64, 64, True)
+    torch.testing.assert_close(o.float(), attention_ref(q, k, v, True), **TOL[torch.float16])
