@@ -339,7 +339,7 @@ class VectorTiler:
             self.tile_of[key] = self._load(src, amap)
         return ("tile", self.tile_of[key], None)
 
-    def _param(self, acc, shape, dtype, mode) -> str:
+    def _param(self, acc, shape, dtype, mode, box=None) -> str:
         buf = self.views(acc.buffer, shape)
         key = (buf, mode)
         if key not in self._param_of:
@@ -348,9 +348,9 @@ class VectorTiler:
             self.params.append(TileParam(name, buf, dtype, tuple(shape), mode))
             self._param_of[key] = name
         param = next(p for p in self.params if p.name == self._param_of[key])
-        box = (acc.buffer, tuple(acc.offsets), tuple(acc.extents))
-        if box not in param.regions:
-            param.regions.append(box)
+        region = (buf, box[0], box[1]) if box is not None else (acc.buffer, tuple(acc.offsets), tuple(acc.extents))
+        if region not in param.regions:
+            param.regions.append(region)
         return self._param_of[key]
 
     def gm_view(self, acc, amap, present_axes):
@@ -380,11 +380,12 @@ class VectorTiler:
                     if acc.offsets[x] != 0:
                         off = off + sympy.sympify(acc.offsets[x]) * stride
                     stride = stride * acc.shape[x]
-                dims.append([size, off, k])
+                extent = _prod([acc.extents[bs[0]]] + [acc.shape[x] for x in bs[1:]])
+                dims.append([size, off, k, extent])
                 b = bs[-1] + 1
             else:
                 if not (is_one(acc.shape[b]) and acc.offsets[b] == 0):
-                    dims.append([acc.shape[b], acc.offsets[b], None])
+                    dims.append([acc.shape[b], acc.offsets[b], None, acc.extents[b]])
                 b += 1
         col = canon.col if self.axes else None
         row = canon.row
@@ -400,16 +401,19 @@ class VectorTiler:
                     raise CompileError("internal: a strided box with a tile larger than one element",
                                        loc=self.g.node(self.cur)["loc"] if self.cur is not None else None)
         elif not dims or dims[-1][2] is not None:
-            dims.append([1, 0, None])          # the tile's single column
-        shape, offsets = [], []
-        for size, off, k in dims:
+            dims.append([1, 0, None, 1])          # the tile's single column
+        shape, offsets, box_offs, box_ext = [], [], [], []
+        for size, off, k, extent in dims:
             shape.append(size)
+            box_offs.append(sym.simplify(off) if not isinstance(off, int) else off)
+            box_ext.append(extent)
             if k is not None:
                 a = self.axes[k]
                 step = 1 if canon.kind(k) == "grid" else a.tile
                 off = off + a.index * step
             offsets.append(sym.simplify(off) if not isinstance(off, int) else off)
-        return tuple(shape), tuple(offsets), trans
+        # the whole box the program touches, in the param's own coordinates (what the runtime checks)
+        return tuple(shape), tuple(offsets), trans, (tuple(box_offs), tuple(box_ext))
 
     def _load(self, src, amap) -> str:
         acc = self.storage[src]
@@ -418,8 +422,8 @@ class VectorTiler:
         has_row = canon.row is not None and canon.row in axes
         has_col = bool(self.axes) and canon.col in axes
         info = self.g.info(src)
-        shape, offsets, trans = self.gm_view(acc, amap, axes)
-        param = self._param(acc, shape, info.dtype, "in")
+        shape, offsets, trans, box = self.gm_view(acc, amap, axes)
+        param = self._param(acc, shape, info.dtype, "in", box)
         phase = self._phase_of_axes(axes)
         t = self.new_tile(info.dtype, has_row, has_col, "x", phase)
         self.emit("TLOAD", [t, GMTile(param, offsets)], {"trans": True} if trans else None, phase=phase)
@@ -430,13 +434,13 @@ class VectorTiler:
         amap = self.plan.spaces[n].out_map
         tile = self.tile_of[n]
         axes = self.axes_of(amap)
-        shape, offsets, trans = self.gm_view(acc, amap, axes)
+        shape, offsets, trans, box = self.gm_view(acc, amap, axes)
         if trans:
             raise CompileError("writing into a transposed view is not supported", loc=self.g.node(n)["loc"])
         info = self.g.info(n)
         if self.tiles[tile].dtype != info.dtype:
             raise CompileError(f"internal: tile {tile} dtype {self.tiles[tile].dtype} != value dtype {info.dtype}")
-        param = self._param(acc, shape, info.dtype, "out")
+        param = self._param(acc, shape, info.dtype, "out", box)
         phase = "post" if n == self.group.seq_node else self.tiles[tile].phase
         # a value that lacks some parallel axes is written once: from the first tile along them
         missing = [k for k, a in enumerate(self.axes) if a.role == "parallel" and k not in axes
