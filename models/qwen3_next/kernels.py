@@ -21,21 +21,27 @@ in-chunk cumulative sum of g):
     O           = diag(e^G) (scale Q) S + ((scale Q) K^T * decay) D
     S_next      = e^{G_last} S + (K * e^{G_last - G})^T D
 
-Tails. Every chunk computes with the static chunk size C: the tail chunk's c = min(C, L - i*C)
-tokens are loaded as a view with valid shape [c, ...] and ``fillpad``-ed with zeros to C rows.
-Zero padding is exact here: a padded token has g = 0, beta = 0 and k = v = q = 0, so it leaves the
-state unchanged and G_last of the padded chunk is that of its last valid token; only the c valid
-output rows are stored (a view with valid shape). Static shapes inside the chunk keep every tile
-static for the compiler.
+Rewritten as affine maps of the chunk's starting state (``chunk_maps``): S_next = M S + P and
+O = R S + O_loc, with M, P, R, O_loc depending on the chunk alone.
+
+Tails. Every chunk computes with the static chunk size C: the tail's c = min(C, L - i*C) tokens
+are read through a view with a valid shape and ``fillpad``-ed with zeros. Zero padding is exact
+here: a padded token has g = 0, beta = 0 and k = v = q = 0, so it leaves the state unchanged and
+G_last of the padded chunk is that of its last valid token; only the valid output rows are
+stored (a view with a valid shape). Static shapes inside a chunk keep every tile static.
 
 Two layouts of the heads, same math:
-  * batched (``per_head=False``): one chunk of every head at once; per-head tensors carry the
-    batch dims [B, H, r] (r = HV / H) so that value head h*r + j reads key head h by broadcasting:
-    q, k [B, H, 1, C, K], v [B, H, r, C, V], g, beta [B, H, r, C], S [B, H, r, K, V]. Few large ops:
-    the fast form for the reference interpreter.
-  * per head (``per_head=True``): ``pypto.loop`` over batch rows and value heads around the chunk
-    loop; every tensor is 2-D ([C, K], [C, C], [K, V]) and read from / written to GM boxes
-    directly, no permutes. The form for the tile compiler.
+  * all heads at once (``per_head=False``, the default): per-head tensors carry the batch dims
+    [B, H, r, NC] (r = HV / H, NC chunks) so that value head h*r + j reads key head h by
+    broadcasting: q, k [B, H, 1, NC, C, K], v [B, H, r, NC, C, V], g, beta [B, H, r, NC, C, 1].
+    The maps of every chunk of every head are computed in one pass of large ops, then a loop over
+    chunks runs the recurrence (one matmul and one add per chunk, all heads at once), then every
+    output in one pass. Few, large ops: the form that suits both the interpreter and a compiler
+    that runs one op at a time.
+  * per head (``per_head=True``): ``pypto.loop`` over batch rows and value heads around a loop
+    over chunks; every tensor is 2-D ([C, K], [C, C], [K, V]) and read from / written to GM boxes
+    directly. Many small ops.
+The recurrent (decode) rule has the same two layouts, one token per loop iteration.
 """
 from __future__ import annotations
 
