@@ -289,8 +289,19 @@ def cube_time(M, N, K, nbatch, mt, nt, kt, item, out_item, spec, flops, splits=1
     return total
 
 
+_CUBE_CACHE: dict = {}
+
+
 def cube_tiles(M, N, K, batch, dtype, spec, hint, loc):
-    """-> (mt, nt, kt, split_k parts) for a matmul [M, K] x [K, N] (with ``batch`` leading dims)."""
+    """-> (mt, nt, kt, split_k parts) for a matmul [M, K] x [K, N] (with ``batch`` leading dims);
+    remembered per shape, dtype and machine (the layers of a model repeat their matmuls)."""
+    key = (M, N, K, tuple(batch), dtype.name, spec.name, repr(hint))
+    if key not in _CUBE_CACHE:
+        _CUBE_CACHE[key] = _cube_tiles(M, N, K, batch, dtype, spec, hint, loc)
+    return _CUBE_CACHE[key]
+
+
+def _cube_tiles(M, N, K, batch, dtype, spec, hint, loc):
     item = dtype.itemsize
     flops = spec.cube_flops_per_cycle(dtype.name)
     nbatch = 1
