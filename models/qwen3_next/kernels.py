@@ -282,15 +282,28 @@ def _rows(sequences, batch):
 
 def load_chunks(op: Heads, rows: int, row0, start, length, NC, C: int, H: int, cumsum: bool = False):
     """Every chunk of every head of ``op`` for a sequence: [rows, H, heads/H, NC, C, dim] fp32,
-    the time axis zero-padded from ``length`` to NC * C. ``cumsum``: the in-chunk cumulative sum
-    over time instead (taken in the contiguous layout, before the heads move in front: the sim
-    mis-tiles a cumsum of the permuted view fused with a broadcasting consumer)."""
+    the time axis zero-padded from ``length`` to NC * C; ``cumsum``: the in-chunk cumulative sum
+    over time instead.
+
+    Heads move in front of time without a permute (the compiled backends copy a permuted tensor
+    row by row): the strided [time, dim] boxes of the heads concatenated, or, for one value per
+    head (g, beta), a transpose on the cube (I @ x^T, exact)."""
+    Lp = NC * C
+    if op.dim == 1:
+        box = pypto.view(op.tensor, [rows, Lp, op.heads], [row0, start, op.col0], valid_shape=[rows, length, op.heads])
+        x = fp32(pypto.fillpad(box))
+        if cumsum:
+            x = pypto.cumsum(x.reshape(rows, NC, C, op.heads), -2).reshape(rows, Lp, op.heads)
+        x = pypto.matmul(_eye(op.heads), x, b_trans=True)                    # [rows, heads, Lp]
+        return x.reshape(rows, H, op.heads // H, NC, C, 1)
     width = op.heads * op.dim
-    box = pypto.view(op.tensor, [rows, NC * C, width], [row0, start, op.col0], valid_shape=[rows, length, width])
-    x = fp32(pypto.fillpad(box)).reshape(rows, NC, C, op.heads * op.dim)
+    box = pypto.view(op.tensor, [rows, Lp, width], [row0, start, op.col0], valid_shape=[rows, length, width])
+    padded = fp32(pypto.fillpad(box))                                         # [rows, Lp, heads*dim]
+    heads = [pypto.view(padded, [rows, Lp, op.dim], [0, 0, j * op.dim]).reshape(rows, 1, Lp, op.dim)
+             for j in range(op.heads)]
+    x = pypto.concat(heads, dim=1).reshape(rows, op.heads, NC, C, op.dim)
     if cumsum:
         x = pypto.cumsum(x, -2)
-    x = x.reshape(rows, NC, C, op.heads, op.dim).permute(0, 3, 1, 2, 4)
     return x.reshape(rows, H, op.heads // H, NC, C, op.dim)
 
 
@@ -319,6 +332,7 @@ def _chunk_all_heads(q, k, v, g, beta, state, o, n, row, state_row, start, lengt
         S_next = pypto.matmul(at_chunk(maps.M), S) + at_chunk(maps.P)
         pypto.assemble(S_next.reshape(*state_box[0]), state_box[1], state)
     out = pypto.matmul(maps.R, starts) + maps.O                     # [R, H, r, NC, C, V]
+    # (a permute: on the compiled backends per-head box writes into o cost more than this copy)
     out = out.reshape(rows, HV, NC * C, V).permute(0, 2, 1, 3).reshape(rows, NC * C, HV * V)
     store_rows(out, o, row0, start, length, o.col0)
 
