@@ -79,7 +79,7 @@ def bench_sim(lengths, C=64):
                                            chunk_size=C, backend="sim", cube_dtype=cube_dtype, jit_options=options)
                     wall = time.perf_counter() - t0
                     sim_us = fn.last_report.time_us
-                    row += [f"{sim_us:.1f}", f"{bound_us / sim_us:.2f}", f"{wall:.1f}"]
+                    row += [f"{sim_us:.1f}", f"{bound_us / sim_us:.4f}", f"{wall:.1f}"]
                 except Exception as e:  # noqa: BLE001 - the table says why
                     failure = why(e)
             if failure is not None:
