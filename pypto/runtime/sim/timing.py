@@ -2,7 +2,10 @@
 
 An instruction's cost is ``issue + work / throughput``:
   V     vector: repeats of ``bytes_per_cycle`` per row of the working region (a row narrower than one
-        repeat still costs one), times the kind's factor (transcendentals are slower);
+        repeat still costs one: the row is one masked repeat), times the kind's factor (transcendentals
+        are slower). A region whose rows span the tile's full width is one contiguous byte range and
+        is walked as such, ``ceil(bytes / bytes_per_cycle)`` repeats (what PTO-ISA's a2a3 TBinOp does
+        for a tile whose valid columns are its columns: one 1-D instruction over rows x cols);
   M     cube: 16x16x16 fractals, ``cube FLOP/cycle`` by input dtype (fp16/bf16 8192, fp32 a quarter);
   MTE1  L1 -> L0A/L0B at ``mte1_bytes_per_cycle``;  FIX  L0C -> UB/L1 at ``fix_bytes_per_cycle``;
   MTE2 / MTE3 / FIX to GM: GM transfers. Each row of the GM box rounds up to the burst size; the
@@ -83,10 +86,14 @@ class CostModel:
         width = max(isz)
         # which tile operand's valid region the work spans: the source's for reductions, else the dst's
         ri = 2 if cop.region in ("rowreduce", "colreduce") else 0
+        full_cols = cop.tiles[ri // 2].shape[-1] if len(cop.tiles) > ri // 2 else None
 
         def measure(vals):
             rows, cols = vals[ri], vals[ri + 1]
-            repeats = rows * _ceil(cols * width, bpc)
+            if cols == full_cols:           # contiguous rows: one 1-D span
+                repeats = _ceil(rows * cols * width, bpc)
+            else:
+                repeats = rows * _ceil(cols * width, bpc)
             ideal = rows * cols * width / bpc * factor
             return (issue + repeats * factor, 0, 0, 0, ideal, rows * cols)
         return measure

@@ -103,3 +103,15 @@ def test_l2_serves_re_read_boxes_until_evicted():
     # a 64 KiB L2 keeps only the rest of the 512-byte lines a 128-byte row chunk of A brought in
     assert small.l2_hit_bytes < 0.3 * big.l2_hit_bytes
     assert small.cycles > big.cycles                         # and the kernel waits on HBM instead
+
+
+def test_vector_op_over_full_rows_is_one_contiguous_span():
+    """A [64, 8] fp32 tile whose rows are whole is 2 KiB of contiguous bytes: 8 repeats of 256 bytes (PTO-ISA
+    a2a3 walks it 1-D); only a narrower valid region costs one masked repeat per row."""
+    def v_busy(valid):
+        k = S.single_op_kernel("TADD", [F32, F32], F32, (64, 8), valid=valid)
+        rep = _timed(k, {"in0": (64, 8), "in1": (64, 8), "out": (64, 8)}, 1)
+        return rep.utilization["AIV"]["V"] * rep.cycles * SPEC.num_aiv
+    issue, bpc = SPEC.vector["issue_cycles"], SPEC.vector["bytes_per_cycle"]
+    assert v_busy(None) == pytest.approx(issue + 64 * 8 * 4 / bpc)
+    assert v_busy((64, 4)) == pytest.approx(issue + 64)
