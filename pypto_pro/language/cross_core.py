@@ -5,8 +5,12 @@ done with it between two acquisitions by ``group.next()`` / ``group[i]``, inside
 where it was acquired) is bracketed: the writer waits ``empty`` before its first write and sets
 ``full`` after its last; the reader waits ``full`` before its first read and sets ``empty`` after its
 last. The reader starts with one ``empty`` token per slot (set at its start) and the writer consumes
-the final one at its end, so every flag is balanced. Flags are per slot (two each), so a mismatch in
-the two sections' slot order shows as a deadlock in the simulator rather than as silent corruption.
+the final one at its end, so every flag is balanced. Flags are per slot (two each) when the machine's
+flags suffice, so a mismatch in the two sections' slot order shows as a deadlock in the simulator
+rather than as silent corruption. Deeper FIFOs (more slots than flag pairs) share one pair per tile
+group: a cross-core flag is a counter (up to 15 sets in flight), and both sections take a group's
+slots round-robin in the same order, so the k-th ``full`` is the k-th slot's (a mismatch then shows
+as a GM race in the simulator's checks).
 On a2a3 a cube set reaches every vector sub-block of the cluster and the cube's wait needs the set of
 every sub-block (Ascend "mode 2"), which is exactly what two vector sub-blocks sharing a slot need.
 """
@@ -17,6 +21,7 @@ from pypto.ir.block import CoreType, CrossCoreSetFlag, CrossCoreWaitFlag, For, I
 from .errors import SyncError
 
 CROSS_CORE_FLAGS = 16
+MAX_FLAG_COUNT = 16      # a flag's counter holds up to 15 sets not yet waited
 
 
 def _uses(stmts, out: dict) -> None:
@@ -44,6 +49,25 @@ def _contains(stmt, targets: set) -> list:
     return []
 
 
+def _flag_pairs(shared: list, slots: dict) -> dict:
+    """slot uid -> (full, empty) flag ids: a pair per slot when they fit, else a pair per tile group."""
+    if 2 * len(shared) <= CROSS_CORE_FLAGS:
+        return {uid: (2 * i, 2 * i + 1) for i, uid in enumerate(shared)}
+    channel_of = {uid: ("g", slots[uid].group.uid) if slots[uid].group is not None else ("s", uid) for uid in shared}
+    channels = list(dict.fromkeys(channel_of[uid] for uid in shared))
+    if 2 * len(channels) > CROSS_CORE_FLAGS:
+        raise SyncError(f"{len(channels)} cube<->vector handoff buffers need {2 * len(channels)} cross-core flags; "
+                        f"the machine has {CROSS_CORE_FLAGS}", slots[shared[0]].span,
+                        hint="use fewer workspace groups")
+    for uid in shared:
+        g = slots[uid].group
+        if g is not None and g.depth >= MAX_FLAG_COUNT:
+            raise SyncError(f"workspace group {g.name} has {g.depth} slots; a cross-core flag counts at most "
+                            f"{MAX_FLAG_COUNT - 1} sets in flight", g.span, hint="use a shallower workspace group")
+    index = {c: i for i, c in enumerate(channels)}
+    return {uid: (2 * index[channel_of[uid]], 2 * index[channel_of[uid]] + 1) for uid in shared}
+
+
 def cross_core_sync(blocks, parser) -> None:
     by_core = {b.core: b for b in blocks}
     if CoreType.AIC not in by_core or CoreType.AIV not in by_core:
@@ -69,11 +93,7 @@ def cross_core_sync(blocks, parser) -> None:
             raise SyncError(f"workspace slot {slots[uid].name} is "
                             f"{'written' if 'w' in roles[uid].values() else 'read'} by both sections",
                             slots[uid].span)
-    if 2 * len(shared) > CROSS_CORE_FLAGS:
-        raise SyncError(f"{len(shared)} cube<->vector handoff slots need {2 * len(shared)} cross-core flags; "
-                        f"the machine has {CROSS_CORE_FLAGS}", slots[shared[0]].span,
-                        hint="use shallower workspace groups or fewer of them")
-    flags = {uid: (2 * i, 2 * i + 1) for i, uid in enumerate(shared)}     # (full, empty)
+    flags = _flag_pairs(shared, slots)
 
     for core, b in by_core.items():
         prologue, epilogue = [], []
