@@ -5,9 +5,14 @@
 // the machine spec). A cube + vector kernel runs block_dim clusters; the cube core and its
 // vector sub-blocks of one cluster run on threads of their own, so cross-core flags can block.
 // Errors are caught per core and reported back as text (the first real one wins).
+//
+// Launches are short (often well under a millisecond), so nothing is created per launch: the
+// worker threads are a process-wide pool that stays parked between launches, and the local
+// memories of cores are recycled through a bank (a fresh allocation would page-fault anew).
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -29,6 +34,110 @@ struct LaunchConfig {
     int64_t alignment;       // bytes
 };
 
+// Threads that stay parked between launches. run(n, job) runs job on the caller and n - 1 pool
+// threads and returns when all are done. One launch uses the pool at a time: a launch that
+// finds it busy (the Python side runs independent tasks side by side) is told so and uses
+// threads of its own.
+class WorkerPool {
+public:
+    static WorkerPool& shared()
+    {
+        static WorkerPool* pool = new WorkerPool();   // never destroyed: parked threads die with the process
+        return *pool;
+    }
+
+    bool try_run(int64_t n, const std::function<void()>& job)
+    {
+        std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
+        if (!busy.owns_lock()) return false;
+        const int64_t helpers = n - 1;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            while (static_cast<int64_t>(threads_.size()) < helpers) {
+                threads_.emplace_back([this, seen = generation_]() mutable { serve(seen); });
+                threads_.back().detach();
+            }
+            job_ = &job;
+            wanted_ = helpers;
+            taken_ = 0;
+            remaining_ = helpers;
+            ++generation_;
+        }
+        wake_.notify_all();
+        job();
+        std::unique_lock<std::mutex> lock(mutex_);
+        done_.wait(lock, [this] { return remaining_ == 0; });
+        job_ = nullptr;
+        return true;
+    }
+
+private:
+    void serve(uint64_t seen)
+    {
+        std::unique_lock<std::mutex> lock(mutex_);
+        for (;;) {
+            wake_.wait(lock, [&] { return generation_ != seen; });
+            seen = generation_;
+            if (taken_ >= wanted_) continue;
+            ++taken_;
+            const std::function<void()>* job = job_;
+            lock.unlock();
+            (*job)();
+            lock.lock();
+            if (--remaining_ == 0) done_.notify_all();
+        }
+    }
+
+    std::mutex busy_;
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    std::condition_variable done_;
+    std::vector<std::thread> threads_;
+    const std::function<void()>* job_ = nullptr;
+    uint64_t generation_ = 0;
+    int64_t wanted_ = 0;
+    int64_t taken_ = 0;
+    int64_t remaining_ = 0;
+};
+
+#if defined(PYPTO_CPU_PTO)
+// Local memories of cores, handed out per core and taken back after it: warm pages, no
+// allocation per launch. Blocks of another capacity (another machine spec) are reallocated.
+class MemoryBank {
+public:
+    static MemoryBank& shared()
+    {
+        static MemoryBank* bank = new MemoryBank();
+        return *bank;
+    }
+
+    std::unique_ptr<pto::cpu::CoreMemory> take(const size_t (&cap)[pto::cpu::kSpaceCount])
+    {
+        std::unique_ptr<pto::cpu::CoreMemory> m;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (!free_.empty()) {
+                m = std::move(free_.back());
+                free_.pop_back();
+            }
+        }
+        if (!m) m = std::make_unique<pto::cpu::CoreMemory>();
+        if (!m->block || std::memcmp(m->capacity, cap, sizeof cap) != 0) m->allocate(cap);
+        return m;
+    }
+
+    void give_back(std::unique_ptr<pto::cpu::CoreMemory> m)
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        free_.push_back(std::move(m));
+    }
+
+private:
+    std::mutex mutex_;
+    std::vector<std::unique_ptr<pto::cpu::CoreMemory>> free_;
+};
+#endif
+
 using CoreFn = std::function<void(const CoreIndex&)>;
 
 class Launch {
@@ -45,7 +154,7 @@ public:
         const int64_t n = config_.block_dim;
         const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(config_.threads, n));
         std::atomic<int64_t> next{0};
-        auto worker = [&]() {
+        const std::function<void()> worker = [&]() {
             for (int64_t i = next++; i < n && !failed_; i = next++) {
                 if (cube && vector) {
                     run_cluster(i, cube, vector);
@@ -57,11 +166,11 @@ public:
         };
         if (workers == 1) {
             worker();
-        } else {
-            std::vector<std::thread> pool;
-            for (int64_t t = 1; t < workers; ++t) pool.emplace_back(worker);
+        } else if (!WorkerPool::shared().try_run(workers, worker)) {
+            std::vector<std::thread> own;
+            for (int64_t t = 1; t < workers; ++t) own.emplace_back(worker);
             worker();
-            for (auto& t : pool) t.join();
+            for (auto& t : own) t.join();
         }
         if (!error_.empty()) {
             write_message(error_);
@@ -116,19 +225,21 @@ private:
         slot.leave();
     }
 
-    // The local memories and flag state of the core a thread is about to run (reused per thread).
+    // The local memories (from the bank) and flag state of the core a thread is about to run.
     struct CoreSlot {
         explicit CoreSlot(const LaunchConfig& config) : config(config) {}
+        ~CoreSlot() { leave(); }
+        CoreSlot(const CoreSlot&) = delete;
+        CoreSlot& operator=(const CoreSlot&) = delete;
 
         void enter(const std::string& name)
         {
 #if defined(PYPTO_CPU_PTO)
-            thread_local pto::cpu::CoreMemory memory;
             thread_local pto::cpu::CoreState state;
             size_t cap[pto::cpu::kSpaceCount];
             for (int s = 0; s < pto::cpu::kSpaceCount; ++s) cap[s] = static_cast<size_t>(config.capacity[s]);
-            if (!memory.block || std::memcmp(memory.capacity, cap, sizeof cap) != 0) memory.allocate(cap);
-            memory.attach(state);
+            memory = MemoryBank::shared().take(cap);
+            memory->attach(state);
             state.alignment = static_cast<size_t>(config.alignment);
             state.reset_flags();
             state.name = name;
@@ -152,12 +263,14 @@ private:
         {
 #if defined(PYPTO_CPU_PTO)
             pto::cpu::tls_core = nullptr;
+            if (memory) MemoryBank::shared().give_back(std::move(memory));
 #endif
         }
 
         const LaunchConfig& config;
 #if defined(PYPTO_CPU_PTO)
         pto::cpu::CoreState* current = nullptr;
+        std::unique_ptr<pto::cpu::CoreMemory> memory;
 #endif
     };
 

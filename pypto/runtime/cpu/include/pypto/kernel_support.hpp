@@ -65,36 +65,50 @@ inline std::string list_text(const int64_t (&v)[N])
     return s + "]";
 }
 
+template <size_t N>
+[[noreturn]] __attribute__((noinline, cold)) void box_outside(const char* what, const int64_t (&dims)[N],
+                                                            const int64_t (&offsets)[N], const int64_t (&extents)[N])
+{
+    fail(std::string(what) + ": the box at " + list_text(offsets) + " with extent " + list_text(extents) +
+         " lies outside the tensor's shape " + list_text(dims));
+}
+
+[[noreturn]] __attribute__((noinline, cold)) inline void box_not_a_row(const char* what)
+{
+    fail(std::string(what) + ": a 1-D tensor maps to a tile with one valid row");
+}
+
+// The error paths above are out of line: a box is made per tile, so this stays a few loads,
+// multiplies and compares.
 template <class GT, class T, size_t N>
 inline GT make_box(T* base, const int64_t (&dims)[N], const int64_t (&offsets)[N], int64_t rows, int64_t cols,
                    bool transposed, const char* what)
 {
     static_assert(N >= 1, "a GM tensor has at least one dimension");
-    int64_t strides[N];
-    strides[N - 1] = 1;
-    for (size_t i = N - 1; i > 0; --i) strides[i - 1] = strides[i] * dims[i];
     int64_t extents[N];
     for (size_t i = 0; i < N; ++i) extents[i] = 1;
     if constexpr (N == 1) {
-        if (rows != 1) fail(std::string(what) + ": a 1-D tensor maps to a tile with one valid row");
+        if (rows != 1) box_not_a_row(what);
         extents[0] = cols;
     } else {
         extents[N - 2] = transposed ? cols : rows;
         extents[N - 1] = transposed ? rows : cols;
     }
     int64_t offset = 0;
-    for (size_t i = 0; i < N; ++i) {
-        if (offsets[i] < 0 || offsets[i] + extents[i] > dims[i]) {
-            fail(std::string(what) + ": the box at " + list_text(offsets) + " with extent " + list_text(extents) +
-                 " lies outside the tensor's shape " + list_text(dims));
-        }
-        offset += offsets[i] * strides[i];
+    int64_t stride = 1;
+    int64_t row_stride = cols;
+    bool outside = false;
+    for (size_t i = N; i-- > 0;) {
+        outside |= offsets[i] < 0 || offsets[i] + extents[i] > dims[i];
+        offset += offsets[i] * stride;
+        if (N >= 2 && i == N - 2) row_stride = stride;
+        stride *= dims[i];
     }
-    const int64_t row_stride = N >= 2 ? strides[N - 2] : cols;
+    if (__builtin_expect(outside, 0)) box_outside(what, dims, offsets, extents);
     using Shape = typename GT::Shape;
     using Stride = typename GT::Stride;
-    const Stride stride = transposed ? Stride(0, 0, 0, 1, row_stride) : Stride(0, 0, 0, row_stride, 1);
-    return GT(base + offset, Shape(1, 1, 1, rows, cols), stride);
+    const Stride strides = transposed ? Stride(0, 0, 0, 1, row_stride) : Stride(0, 0, 0, row_stride, 1);
+    return GT(base + offset, Shape(1, 1, 1, rows, cols), strides);
 }
 
 }  // namespace detail
