@@ -43,9 +43,17 @@ def test_flash_attention_on_sim(handoff, math):
     flash_attention.main(bh=2, seq=384, pipelined=True, block_dim=3, handoff=handoff, math=math)
 
 
+def test_flash_attention_256_key_blocks_on_sim():
+    """BLOCK_K=256: two cube subtiles per vector step, P V summed in L0C, deep workspace FIFOs (counting flags)."""
+    flash_attention.main(bh=2, seq=768, pipelined=True, block_dim=3, handoff="fp16", math="fp16", block_k=256)
+    flash_attention.main(bh=1, seq=512, pipelined=False, block_dim=2, handoff="fp16", math="fp16", block_k=256)
+
+
 def test_flash_attention_key_rules():
     with pytest.raises(pl.ParseError, match="MATH=fp16 needs HANDOFF=fp16"):
         flash_attention.main(bh=1, seq=256, handoff="fp32", math="fp16")
+    with pytest.raises(pl.ParseError, match="BLOCK_K=256 needs MATH=fp16"):
+        flash_attention.main(bh=1, seq=256, handoff="fp16", math="fp32", block_k=256)
 
 
 def test_examples_on_cpu():
@@ -54,3 +62,5 @@ def test_examples_on_cpu():
     softmax.main(rows=37, cols=256, backend="cpu", block_dim=3)
     matmul.main(m=200, k=300, n=260, out_dtype=torch.float32, backend="cpu", block_dim=3)
     flash_attention.main(bh=1, seq=256, pipelined=True, backend="cpu", block_dim=2, handoff="fp16")
+    flash_attention.main(bh=1, seq=512, pipelined=True, backend="cpu", block_dim=2, handoff="fp16", math="fp16",
+                         block_k=256)
