@@ -25,6 +25,7 @@ from ..report import Report, set_last_report
 from . import compiler
 from .compiler import STATS, INCLUDE_DIR
 from .errors import CpuKernelError, FlagWarning
+from .block_count import cores_to_run
 from .executor import Buffers, bind_env, execute, expand
 from .library import KernelLibrary
 
@@ -111,6 +112,33 @@ def run(graph: ExecutionGraph, args: dict, env: dict, *, machine=None, threads=N
                     setup_s=time.perf_counter() - t0)
 
 
+class _Plan:
+    """What a run of a graph derives from its sizes alone: buffer shapes and the expanded task
+    instances (with their marshalled launches). Kept per graph and sizes, so that a graph run
+    again at the same sizes (a jit function called in a loop) skips the symbolic evaluation.
+    Like kernels, graphs are not edited once they have run."""
+
+    def __init__(self, shapes, instances):
+        self.shapes = shapes
+        self.instances = instances
+
+
+_PLANS: dict[int, tuple] = {}      # id(graph) -> (weakref to it, {(sizes, kernels, machine): _Plan})
+_PLANS_PER_GRAPH = 16
+
+
+def _plan_slot(graph, env, kernels, spec, nthreads):
+    entry = _PLANS.get(id(graph))
+    if entry is None or entry[0]() is not graph:
+        try:
+            entry = _PLANS[id(graph)] = (weakref.ref(graph), {})
+        except TypeError:
+            return None, None
+    key = (tuple(sorted(env.items())), tuple(sorted((n, id(lib), inner) for n, (lib, inner) in
+                                                    kernels.entries.items())), spec.name, nthreads)
+    return entry[1], key
+
+
 def run_with(kernels: KernelSet, graph: ExecutionGraph, args: dict, env: dict, *, machine=None, threads=None,
              built=None, setup_s: float = 0.0):
     """``run`` over kernels already built (e.g. against other PTO headers; see tests/codegen)."""
@@ -118,12 +146,23 @@ def run_with(kernels: KernelSet, graph: ExecutionGraph, args: dict, env: dict, *
     nthreads = _threads(threads)
     args = dict(args or {})
     env = bind_env(graph, args, env)
-    buffers = Buffers(graph, args, env)
-    instances = expand(graph, env, buffers, kernels.abis)
+    plans, key = _plan_slot(graph, env, kernels, spec, nthreads)
+    plan = plans.get(key) if plans is not None else None
+    buffers = Buffers(graph, args, env, shapes=plan.shapes if plan else None)
+    if plan is None:
+        plan = _Plan(buffers.shapes, expand(graph, env, buffers, kernels.abis))
+        if plans is not None:
+            if len(plans) >= _PLANS_PER_GRAPH:
+                plans.pop(next(iter(plans)))
+            plans[key] = plan
+    instances = plan.instances
 
     def launch(inst, n):
-        gm = {p: buffers.tensors[b] for p, b in inst.task.gm_args.items()}
-        kernels.launch(inst.task.kernel, gm, inst.ints, inst.reals, inst.block_dim, n, spec)
+        if inst.launch is None:
+            lib, inner = kernels.entries[inst.task.kernel]
+            cores = cores_to_run(lib.kernels.get(inner), inst.block_dim, nthreads)
+            inst.launch = lib.prepare(inner, inst.ints, inst.reals, cores, spec)
+        inst.launch({p: buffers.tensors[b] for p, b in inst.task.gm_args.items()}, n)
 
     t0 = time.perf_counter()
     execute(instances, launch, nthreads)

@@ -24,6 +24,7 @@ class TaskInstance:
     block_dim: int
     accesses: list                     # (base buffer, first element, last element + 1, is_write)
     deps: set = field(default_factory=set)
+    launch: object = None              # the marshalled launch (library.PreparedLaunch), made on first use
 
 
 def bind_env(graph: ExecutionGraph, args: dict, env: dict | None) -> dict:
@@ -47,9 +48,10 @@ def bind_env(graph: ExecutionGraph, args: dict, env: dict | None) -> dict:
 class Buffers:
     """The tensor of every buffer (arguments, allocated outputs / workspaces, views of their bases)."""
 
-    def __init__(self, graph: ExecutionGraph, args: dict, env: dict):
+    def __init__(self, graph: ExecutionGraph, args: dict, env: dict, shapes: dict | None = None):
         self.graph = graph
-        self.shapes = {n: tuple(evaluate(d, env) for d in b.shape) for n, b in graph.buffers.items()}
+        self.shapes = shapes if shapes is not None else \
+            {n: tuple(evaluate(d, env) for d in b.shape) for n, b in graph.buffers.items()}
         self.tensors: dict[str, torch.Tensor] = {}
         self.base: dict[str, tuple[str, int]] = {}      # name -> (base buffer, element offset in base)
         self.copy_back: list = []

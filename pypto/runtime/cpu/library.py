@@ -35,29 +35,59 @@ class KernelLibrary:
             fn.restype = ctypes.c_int
             self._entries[name] = fn
 
+    def prepare(self, kernel: str, ints: dict[str, int], reals: dict[str, float], block_dim: int,
+                machine) -> "PreparedLaunch":
+        """The launch of ``kernel`` with these scalars, marshalled once; call it with the GM tensors."""
+        return PreparedLaunch(self, kernel, ints, reals, block_dim, machine)
+
     def launch(self, kernel: str, gm: dict[str, torch.Tensor], ints: dict[str, int], reals: dict[str, float],
                block_dim: int, threads: int, machine) -> None:
         """Run ``kernel`` over ``block_dim`` cores. ``gm`` maps GM param names to contiguous CPU tensors."""
-        abi = self.abis[kernel]
-        ptrs = (ctypes.c_void_p * max(1, len(abi.gm)))()
-        for i, g in enumerate(abi.gm):
-            t = gm[g.name]
-            if t.dtype != g.dtype.torch_dtype:
-                raise DTypeError(f"kernel {kernel}: GM param {g.name} is {g.dtype} but the tensor is {t.dtype}")
-            if not t.is_contiguous() or t.device.type != "cpu":
-                raise ShapeError(f"kernel {kernel}: GM param {g.name} needs a contiguous CPU tensor")
-            ptrs[i] = t.data_ptr()
-        int_vals = (ctypes.c_int64 * max(1, len(abi.ints)))(*[int(ints[a.name]) for a in abi.ints])
-        real_vals = (ctypes.c_double * max(1, len(abi.reals)))(*[float(reals[a.name]) for a in abi.reals])
-        config = LaunchConfig(int(block_dim), int(threads), int(machine.cores.get("aiv_per_aic", 2)),
-                              (ctypes.c_int64 * 5)(*[int(machine.capacity[s]) for s in _SPACES]),
-                              int(machine.alignment))
-        message = ctypes.create_string_buffer(_MESSAGE_BYTES)
-        rc = self._entries[kernel](ptrs, int_vals, real_vals, ctypes.byref(config), message, _MESSAGE_BYTES)
+        self.prepare(kernel, ints, reals, block_dim, machine)(gm, threads)
+
+    def check(self, rc: int, kernel: str, message) -> None:
         text = message.value.decode(errors="replace")
         if rc == 1:
             k = self.kernels.get(kernel)
             raise CpuKernelError(f"kernel {kernel} failed on the cpu backend: {text}",
                                  loc=getattr(k, "loc", None))
         if rc == 2:
-            warnings.warn(f"kernel {kernel}: {text}", FlagWarning, stacklevel=3)
+            warnings.warn(f"kernel {kernel}: {text}", FlagWarning, stacklevel=4)
+
+
+class PreparedLaunch:
+    """A kernel launch with its scalars and config already in ctypes form (a task run in a loop
+    launches the same kernel with the same scalars every time)."""
+
+    def __init__(self, lib: KernelLibrary, kernel: str, ints, reals, block_dim: int, machine):
+        abi = lib.abis[kernel]
+        self.lib, self.kernel, self.fn = lib, kernel, lib._entries[kernel]
+        self.gm = [(g.name, g.dtype.torch_dtype, g.dtype) for g in abi.gm]
+        self.ints = (ctypes.c_int64 * max(1, len(abi.ints)))(*[int(ints[a.name]) for a in abi.ints])
+        self.reals = (ctypes.c_double * max(1, len(abi.reals)))(*[float(reals[a.name]) for a in abi.reals])
+        self.block_dim = int(block_dim)
+        self.subblocks = int(machine.cores.get("aiv_per_aic", 2))
+        self.capacity = [int(machine.capacity[s]) for s in _SPACES]
+        self.alignment = int(machine.alignment)
+        self.configs: dict[int, LaunchConfig] = {}
+
+    def config(self, threads: int) -> LaunchConfig:
+        c = self.configs.get(threads)
+        if c is None:
+            c = self.configs[threads] = LaunchConfig(self.block_dim, int(threads), self.subblocks,
+                                                     (ctypes.c_int64 * 5)(*self.capacity), self.alignment)
+        return c
+
+    def __call__(self, gm: dict[str, torch.Tensor], threads: int) -> None:
+        ptrs = (ctypes.c_void_p * max(1, len(self.gm)))()
+        for i, (name, torch_dtype, dtype) in enumerate(self.gm):
+            t = gm[name]
+            if t.dtype != torch_dtype:
+                raise DTypeError(f"kernel {self.kernel}: GM param {name} is {dtype} but the tensor is {t.dtype}")
+            if not t.is_contiguous() or t.device.type != "cpu":
+                raise ShapeError(f"kernel {self.kernel}: GM param {name} needs a contiguous CPU tensor")
+            ptrs[i] = t.data_ptr()
+        message = ctypes.create_string_buffer(_MESSAGE_BYTES)
+        rc = self.fn(ptrs, self.ints, self.reals, ctypes.byref(self.config(threads)), message, _MESSAGE_BYTES)
+        if rc:
+            self.lib.check(rc, self.kernel, message)
