@@ -25,13 +25,15 @@ def test_pipelined_flash_attention_matches_and_is_faster():
     assert piped.cycles < 0.8 * plain.cycles
 
 
-def test_pipeline_generated_runs_as_a_kernel_and_matches(tmp_path):
+@pytest.mark.parametrize("preload,seq,key", [(1, 384, {"HANDOFF": "fp16"}),
+                                             (2, 768, {"HANDOFF": "fp16", "MATH": "fp16", "BLOCK_K": 256})])
+def test_pipeline_generated_runs_as_a_kernel_and_matches(tmp_path, preload, seq, key):
     torch.manual_seed(1)
-    q, k, v = (torch.randn(1, 384, 128, dtype=torch.float16) for _ in range(3))
+    q, k, v = (torch.randn(1, seq, 128, dtype=torch.float16) for _ in range(3))
     o1, o2 = torch.zeros_like(q), torch.zeros_like(q)
-    kernel = pl.jit(fa.attention_body, name="fa_gen_test", pipeline=pl.PipelineConfig(preload=1),
+    kernel = pl.jit(fa.attention_body, name="fa_gen_test", pipeline=pl.PipelineConfig(preload=preload),
                     dump=str(tmp_path), tiling_key=fa.KEY)
-    kernel[None, 2, {"HANDOFF": "fp16"}](q, k, v, o1)
+    kernel[None, 2, key](q, k, v, o1)
     path = kernel.last_build_dir / "pipeline_generated.py"
     assert path.exists() and "take(" in path.read_text()
     gen = _load_module(path, "pipeline_generated_fa")
