@@ -172,3 +172,51 @@ def test_if_elif_else_with_runtime_conditions():
                       (x[i * 64:(i + 1) * 64].float() * 2 if i % 3 == 1 else -x[i * 64:(i + 1) * 64].float()))
                      for i in range(5)]).half()
     torch.testing.assert_close(z, ref)
+
+
+def deep_fifo_kernel(order):
+    """The vectors hand 9 row blocks of x to the cube through a 9-slot GM workspace group (more slots than
+    flag pairs: one counting full/empty pair for the group); the cube computes y = x @ w block by block.
+    ``order``: the slot order the vectors write in (the cube reads 0, 1, ...)."""
+    def deep_fifo(x: pl.Tensor[[144, 16], F16], w: pl.Tensor[[16, 16], F16],
+                  y: pl.Tensor[[144, 16], pl.DT_FP32], vec_order):
+        ws = pl.make_tile_group(pl.TileType([16, 16], F16, pl.MemorySpace.GM), depth=9)
+        xv = pl.make_tile(pl.TileType([8, 16], F16, VEC), addr=0x0)
+        x1 = pl.make_tile(pl.TileType([16, 16], F16, pl.MemorySpace.Mat), addr=0x0)
+        w1 = pl.make_tile(pl.TileType([16, 16], F16, pl.MemorySpace.Mat), addr=0x1000)
+        x0 = pl.make_tile(pl.TileType([16, 16], F16, pl.MemorySpace.Left), addr=0x0)
+        w0 = pl.make_tile(pl.TileType([16, 16], F16, pl.MemorySpace.Right), addr=0x0)
+        c0 = pl.make_tile(pl.TileType([16, 16], pl.DT_FP32, pl.MemorySpace.Acc), addr=0x0)
+        with pl.section_vector():
+            row0 = pl.get_subblock_idx() * 8
+            for i in vec_order:
+                pl.load(xv, x, [i * 16 + row0, 0])
+                pl.store(ws[i], xv, [row0, 0])
+        with pl.section_cube():
+            pl.load(w1, w, [0, 0])
+            pl.move(w0, w1)
+            for i in range(9):
+                pl.load(x1, ws[i])
+                pl.move(x0, x1)
+                pl.matmul(c0, x0, w0)
+                pl.store(y, c0, [i * 16, 0])
+    return pl.jit(deep_fifo, name=f"deep_fifo_{''.join(map(str, order))}")
+
+
+def test_deep_workspace_fifo_shares_a_counting_flag_pair():
+    torch.manual_seed(0)
+    x, w = torch.randn(144, 16, dtype=torch.float16), torch.randn(16, 16, dtype=torch.float16)
+    y = torch.zeros(144, 16)
+    kernel = deep_fifo_kernel(list(range(9)))
+    kernel[None, 1](x, w, y, list(range(9)))
+    torch.testing.assert_close(y, x.float() @ w.float(), rtol=1e-3, atol=1e-3)
+    flags = {s.flag for b in kernel.compile(x, w, y, list(range(9))).kernel.blocks for s in walk(b.body)
+             if isinstance(s, (CrossCoreSetFlag, CrossCoreWaitFlag))}
+    assert flags == {0, 1}
+
+
+def test_deep_workspace_fifo_in_another_order_is_caught_as_a_gm_race():
+    x, w = torch.randn(144, 16, dtype=torch.float16), torch.randn(16, 16, dtype=torch.float16)
+    order = [1, 0] + list(range(2, 9))
+    with pytest.raises(SimError, match="race on GM"):
+        deep_fifo_kernel(order)[None, 1](x, w, torch.zeros(144, 16), order)
