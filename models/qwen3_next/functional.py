@@ -22,7 +22,7 @@ import torch
 import pypto
 from pypto.frontend.tensor import TensorSpec
 
-from . import kernels
+from . import kernels, pro_kernels
 from .reference import _check_gdn_inputs
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -185,7 +185,8 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
                            initial_state: Optional[torch.Tensor] = None, output_final_state: bool = False,
                            cu_seqlens: Optional[torch.Tensor] = None, use_qk_l2norm_in_kernel: bool = False,
                            chunk_size: int = 64, *, backend: Optional[str] = None,
-                           per_head: Optional[bool] = None, cube_dtype=None, jit_options: Optional[dict] = None):
+                           per_head: Optional[bool] = None, cube_dtype=None, jit_options: Optional[dict] = None,
+                           impl: Optional[str] = None):
     """Chunked gated delta rule (prefill), fla's signature.
 
     q, k [B, T, H, K]; v [B, T, HV, V] (HV a multiple of H); g (log decay, <= 0) and beta
@@ -196,12 +197,67 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
     ``cube_dtype`` (e.g. pypto.bfloat16: round matmul operands to it; default None = fp32 matmuls,
     see ``kernels.gated_delta_chunk`` for the accuracy trade); ``jit_options`` for pypto.jit (e.g.
     {"timing_only": True, "machine": "a2a3"}; the report is then ``kernel_function(...).last_report``).
+    ``impl``: "pro" (the Professional-mode kernel of ``pro_kernels``; runs on sim and cpu), "tensor"
+    (the Tensor-level kernels) or None: "pro" where it supports the call (backend, dims, chunk size,
+    dtypes: ``pro_kernels.supports``), else "tensor". With "pro", ``cube_dtype`` is the matmul operand
+    dtype for 16-bit inputs (default fp16) and the report is ``pro_kernels.kernel(...).last_report``;
+    ``per_head`` does not apply.
     """
     if not isinstance(chunk_size, int) or chunk_size <= 0:
         _fail(f"chunk_size must be a positive int, got {chunk_size!r}")
+    if impl not in (None, "pro", "tensor"):
+        _fail(f"impl must be 'pro', 'tensor' or None, got {impl!r}")
+    if impl != "tensor":
+        why = _pro_unsupported(q, k, v, chunk_size, backend, cube_dtype)
+        if why is None:
+            return _run_pro(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
+                            use_qk_l2norm_in_kernel, chunk_size, backend, cube_dtype, jit_options)
+        if impl == "pro":
+            _fail(f"impl='pro' does not support this call: {why}")
     return _run_rule("chunk", q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
                      use_qk_l2norm_in_kernel, backend, per_head,
                      (chunk_size, None if cube_dtype is None else pypto.dtypes.to_dtype(cube_dtype)), jit_options)
+
+
+_PRO_BACKENDS = ("sim", "cpu")
+
+
+def _pro_unsupported(q, k, v, chunk_size, backend, cube_dtype) -> Optional[str]:
+    """Why the Professional-mode kernel cannot run this call (None: it can)."""
+    name = backend or pypto.get_backend()
+    if name not in _PRO_BACKENDS:
+        return f"backend {name!r} (pro runs on {', '.join(_PRO_BACKENDS)})"
+    if q.dim() != 4 or v.dim() != 4:
+        return "q, k, v must be [B, T, heads, dim]"
+    if cube_dtype is not None and q.dtype == torch.float32:
+        return "cube_dtype with fp32 inputs (the pro kernel multiplies fp32 inputs in fp32)"
+    return pro_kernels.supports(q, k, v, chunk_size)
+
+
+def _run_pro(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel,
+             chunk_size, backend, cube_dtype, jit_options):
+    try:
+        d = _check_gdn_inputs(q, k, v, g, beta, initial_state, cu_seqlens)
+    except ValueError as e:
+        _fail(str(e))
+    if scale is None:
+        scale = d.K ** -0.5
+    if initial_state is None:
+        state = torch.zeros(d.N, d.HV, d.K, d.V, dtype=torch.float32)
+    else:
+        state = initial_state.detach().to(torch.float32, copy=True).contiguous()
+    o = torch.zeros(v.shape, dtype=v.dtype)
+    sequences = None
+    if cu_seqlens is not None:
+        cu = [int(c) for c in torch.as_tensor(cu_seqlens).tolist()]
+        sequences = [(n, cu[n], cu[n + 1] - cu[n]) for n in range(d.N)]
+    if d.T > 0:
+        operand = None if cube_dtype is None else pypto.dtypes.to_dtype(cube_dtype).torch_dtype
+        pro_kernels.chunk_gated_delta_rule_pro(q, k, v, g, beta, scale=float(scale), state=state, o=o,
+                                               sequences=sequences, use_qk_l2norm=bool(use_qk_l2norm_in_kernel),
+                                               chunk_size=chunk_size, operand_dtype=operand,
+                                               backend=backend or pypto.get_backend(), jit_options=jit_options)
+    return o, (state if output_final_state else None)
 
 
 def fused_recurrent_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,

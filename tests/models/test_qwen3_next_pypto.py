@@ -26,7 +26,8 @@ from models.qwen3_next.reference import (causal_conv1d_ref, causal_conv1d_update
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 5e-3}
 BACKENDS = ["reference", "sim", "cpu"]
-RULES = {"chunk": chunk_gated_delta_rule, "recurrent": fused_recurrent_gated_delta_rule}
+# this file checks the Tensor-level kernels (the Professional-mode chunk kernel: test_qwen3_next_pro.py)
+RULES = {"chunk": functools.partial(chunk_gated_delta_rule, impl="tensor"), "recurrent": fused_recurrent_gated_delta_rule}
 
 
 def rel_err(actual, expected):
