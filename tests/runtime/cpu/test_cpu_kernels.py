@@ -69,7 +69,7 @@ def test_rms_norm(dtype):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("m,k,n", [(64, 32, 64), (100, 70, 130)])
+@pytest.mark.parametrize("m,k,n", [(64, 32, 64), (100, 70, 130), (65, 33, 88)])   # tails: rows, K, 16 + 8 cols
 def test_matmul_k_accumulation(dtype, m, k, n):
     a = torch.randn(m, k).to(dtype.torch_dtype)
     b = torch.randn(k, n).to(dtype.torch_dtype)

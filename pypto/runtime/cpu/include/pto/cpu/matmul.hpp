@@ -1,7 +1,7 @@
 // pypto's CPU PTO: TMATMUL / TMATMUL_ACC — dst(L0C) [+]= a(L0A) @ b(L0B).
 // M and N come from dst's valid region, K from a's valid columns. fp16/bf16 inputs are widened
 // to fp32 once per call and accumulated in fp32 (int8 in int32). The fp32 product runs in a
-// register-blocked kernel (8 rows x 32 columns of accumulators) written with g++ vector
+// register-blocked kernel (up to 8 rows x 32 columns of accumulators) written with g++ vector
 // extensions, which -march=native maps to AVX-512 / AVX2.
 #pragma once
 
@@ -22,56 +22,74 @@ inline f32x16 load16(const float* p)
 
 inline void store16(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
 
-constexpr size_t kMr = 8;
-constexpr size_t kNr = 32;
+constexpr size_t kMr = 8;    // rows of C per micro-kernel call
+constexpr size_t kLanes = 16;
 
-// C[0:8, 0:32] += A[0:8, 0:K] @ B[0:K, 0:32]
-inline void gemm_block_8x32(size_t K, const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc)
+// C[0:MR, 0:16*NV] (+)= A[0:MR, 0:K] @ B[0:K, 0:16*NV], the accumulators in registers for the
+// whole K loop. `load_c` false starts them at zero (a plain TMATMUL: no memset, no C reads).
+// Every C element sums its products in k order with one fused multiply-add each, as before.
+template <size_t MR, size_t NV>
+inline void gemm_micro(size_t K, const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc,
+                       bool load_c)
 {
-    f32x16 c0[kMr], c1[kMr];
-    for (size_t i = 0; i < kMr; ++i) {
-        c0[i] = load16(C + i * ldc);
-        c1[i] = load16(C + i * ldc + 16);
-    }
+    f32x16 acc[MR][NV];
+    for (size_t i = 0; i < MR; ++i)
+        for (size_t v = 0; v < NV; ++v) acc[i][v] = load_c ? load16(C + i * ldc + v * kLanes) : f32x16{};
     for (size_t k = 0; k < K; ++k) {
-        const f32x16 b0 = load16(B + k * ldb);
-        const f32x16 b1 = load16(B + k * ldb + 16);
-        for (size_t i = 0; i < kMr; ++i) {
+        f32x16 b[NV];
+        for (size_t v = 0; v < NV; ++v) b[v] = load16(B + k * ldb + v * kLanes);
+        for (size_t i = 0; i < MR; ++i) {
             const float a = A[i * lda + k];
-            c0[i] += a * b0;
-            c1[i] += a * b1;
+            for (size_t v = 0; v < NV; ++v) acc[i][v] += a * b[v];
         }
     }
-    for (size_t i = 0; i < kMr; ++i) {
-        store16(C + i * ldc, c0[i]);
-        store16(C + i * ldc + 16, c1[i]);
-    }
+    for (size_t i = 0; i < MR; ++i)
+        for (size_t v = 0; v < NV; ++v) store16(C + i * ldc + v * kLanes, acc[i][v]);
 }
 
-// C[0:m, 0:n] += A[0:m, 0:K] @ B[0:K, 0:n] for the edges the blocked kernel does not cover.
-inline void gemm_edge(size_t m, size_t n, size_t K, const float* A, size_t lda, const float* B, size_t ldb, float* C,
-                      size_t ldc)
+template <size_t NV>
+inline void gemm_rows(size_t m, size_t K, const float* A, size_t lda, const float* B, size_t ldb, float* C,
+                      size_t ldc, bool load_c)
 {
-    for (size_t i = 0; i < m; ++i)
-        for (size_t k = 0; k < K; ++k) {
-            const float a = A[i * lda + k];
-            float* ci = C + i * ldc;
-            const float* bk = B + k * ldb;
-            for (size_t j = 0; j < n; ++j) ci[j] += a * bk[j];
-        }
+    switch (m) {
+        case 1: return gemm_micro<1, NV>(K, A, lda, B, ldb, C, ldc, load_c);
+        case 2: return gemm_micro<2, NV>(K, A, lda, B, ldb, C, ldc, load_c);
+        case 3: return gemm_micro<3, NV>(K, A, lda, B, ldb, C, ldc, load_c);
+        case 4: return gemm_micro<4, NV>(K, A, lda, B, ldb, C, ldc, load_c);
+        case 5: return gemm_micro<5, NV>(K, A, lda, B, ldb, C, ldc, load_c);
+        case 6: return gemm_micro<6, NV>(K, A, lda, B, ldb, C, ldc, load_c);
+        case 7: return gemm_micro<7, NV>(K, A, lda, B, ldb, C, ldc, load_c);
+        default: return gemm_micro<8, NV>(K, A, lda, B, ldb, C, ldc, load_c);
+    }
 }
 
-// C[M, N] += A[M, K] @ B[K, N], all fp32 row-major with leading dimensions.
+// C[M, 0:16*NV] over all M in blocks of kMr rows (the last block shorter).
+template <size_t NV>
+inline void gemm_panel(size_t M, size_t K, const float* A, size_t lda, const float* B, size_t ldb, float* C,
+                       size_t ldc, bool load_c)
+{
+    for (size_t i = 0; i < M; i += kMr)
+        gemm_rows<NV>(std::min(kMr, M - i), K, A + i * lda, lda, B, ldb, C + i * ldc, ldc, load_c);
+}
+
+// C[M, N] (+)= A[M, K] @ B[K, N], all fp32 row-major with leading dimensions. Columns go in
+// panels of 32 and 16; a last partial panel of fewer than 16 columns runs on zero-padded copies.
 inline void gemm_f32(size_t M, size_t N, size_t K, const float* A, size_t lda, const float* B, size_t ldb, float* C,
-                     size_t ldc)
+                     size_t ldc, bool accumulate = true)
 {
-    const size_t m_full = M / kMr * kMr;
-    const size_t n_full = N / kNr * kNr;
-    for (size_t j = 0; j < n_full; j += kNr) {
-        for (size_t i = 0; i < m_full; i += kMr) gemm_block_8x32(K, A + i * lda, lda, B + j, ldb, C + i * ldc + j, ldc);
-        if (m_full < M) gemm_edge(M - m_full, kNr, K, A + m_full * lda, lda, B + j, ldb, C + m_full * ldc + j, ldc);
-    }
-    if (n_full < N) gemm_edge(M, N - n_full, K, A, lda, B + n_full, ldb, C + n_full, ldc);
+    size_t j = 0;
+    for (; j + 2 * kLanes <= N; j += 2 * kLanes) gemm_panel<2>(M, K, A, lda, B + j, ldb, C + j, ldc, accumulate);
+    for (; j + kLanes <= N; j += kLanes) gemm_panel<1>(M, K, A, lda, B + j, ldb, C + j, ldc, accumulate);
+    if (j == N || M == 0) return;
+    const size_t n = N - j;
+    thread_local std::vector<float> bpad, cpad;
+    bpad.assign(K * kLanes, 0.0f);
+    cpad.assign(M * kLanes, 0.0f);
+    for (size_t k = 0; k < K; ++k) std::memcpy(bpad.data() + k * kLanes, B + k * ldb + j, n * sizeof(float));
+    if (accumulate)
+        for (size_t i = 0; i < M; ++i) std::memcpy(cpad.data() + i * kLanes, C + i * ldc + j, n * sizeof(float));
+    gemm_panel<1>(M, K, A, lda, bpad.data(), kLanes, cpad.data(), kLanes, accumulate);
+    for (size_t i = 0; i < M; ++i) std::memcpy(C + i * ldc + j, cpad.data() + i * kLanes, n * sizeof(float));
 }
 
 // fp32 copy of a rows x cols region (row stride ld) into a thread-local scratch buffer.
@@ -82,7 +100,11 @@ inline const float* as_f32(const T* src, size_t rows, size_t cols, size_t ld, st
     for (size_t r = 0; r < rows; ++r) {
         float* out = scratch.data() + r * cols;
         const T* in = src + r * ld;
-        for (size_t c = 0; c < cols; ++c) out[c] = widen<float>(in[c]);
+        if constexpr (bulk_convertible<float, T>) {
+            convert_row(in, out, cols);
+        } else {
+            for (size_t c = 0; c < cols; ++c) out[c] = widen<float>(in[c]);
+        }
     }
     return scratch.data();
 }
@@ -104,8 +126,6 @@ inline void matmul(TC& c, const TA& a, const TB& b, bool accumulate)
     }
     CT* cp = c.data();
     if constexpr (std::is_same_v<CT, float>) {
-        if (!accumulate)
-            for (size_t i = 0; i < M; ++i) std::memset(cp + i * TC::Cols, 0, N * sizeof(float));
         thread_local std::vector<float> a32, b32;
         const float* ap;
         const float* bp;
@@ -122,7 +142,7 @@ inline void matmul(TC& c, const TA& a, const TB& b, bool accumulate)
             bp = as_f32(b.data(), K, N, TB::Cols, b32);
             ldb = N;
         }
-        gemm_f32(M, N, K, ap, lda, bp, ldb, cp, TC::Cols);
+        gemm_f32(M, N, K, ap, lda, bp, ldb, cp, TC::Cols, accumulate);
     } else {  // integer cube (int8 x int8 -> int32)
         const AT* ap = a.data();
         const BT* bp = b.data();

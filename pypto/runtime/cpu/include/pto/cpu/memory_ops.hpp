@@ -68,6 +68,11 @@ inline RecordEvent TSTORE(GT& dst, TS& src, Rest&...)
                 std::memcpy(gr, tr, cols * sizeof(S));
                 continue;
             }
+        } else if constexpr (cpu::bulk_convertible<G, S>) {
+            if (cs == 1) {
+                cpu::convert_row(tr, gr, cols);
+                continue;
+            }
         }
         for (size_t c = 0; c < cols; ++c) gr[int64_t(c) * cs] = cpu::convert<G>(tr[c], RoundMode::CAST_RINT);
     }
@@ -87,6 +92,10 @@ inline RecordEvent TMOV(TD& dst, TS& src, Rest&...)
         const S* s = src.data();
         if (d == s && TD::Cols == TS::Cols) return {};
         for (size_t r = 0; r < rows; ++r) std::memmove(d + r * TD::Cols, s + r * TS::Cols, cols * sizeof(D));
+    } else if constexpr (cpu::bulk_convertible<D, S>) {
+        const size_t rows = dst.GetValidRow();
+        const size_t cols = dst.GetValidCol();
+        for (size_t r = 0; r < rows; ++r) cpu::convert_row(src.data() + r * TS::Cols, dst.data() + r * TD::Cols, cols);
     } else {
         cpu::map1(dst, src, [](S x) { return cpu::convert<D>(x, RoundMode::CAST_RINT); });
     }

@@ -2,10 +2,15 @@
 // Names follow the public pto-isa headers so that generated kernels compile against either.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <type_traits>
+
+#if defined(__AVX512F__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 // Device qualifiers and entry-point markers are empty on the CPU.
 #ifndef __global__
@@ -127,6 +132,54 @@ inline C widen(T v)
         return static_cast<C>(static_cast<float>(v));
     } else {
         return static_cast<C>(v);
+    }
+}
+
+// Bulk fp16 <-> fp32 conversion of n contiguous elements. g++ does not vectorise loops over
+// _Float16, so these use the F16C / AVX-512 conversion instructions (round to nearest even,
+// like the scalar conversion; NaNs stay NaN) and leave a scalar loop for the rest.
+inline void half_to_float(const half* src, float* dst, size_t n)
+{
+    size_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+#elif defined(__F16C__)
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+#endif
+    for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+
+inline void float_to_half(const float* src, half* dst, size_t n)
+{
+    size_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#elif defined(__F16C__)
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+    for (; i < n; ++i) dst[i] = static_cast<half>(src[i]);
+}
+
+// Whether convert_row has a bulk path for this pair (else callers keep their element loop).
+template <class D, class S>
+inline constexpr bool bulk_convertible = (std::is_same_v<S, half> && std::is_same_v<D, float>) ||
+                                         (std::is_same_v<S, float> && std::is_same_v<D, half>);
+
+template <class D, class S>
+inline void convert_row(const S* src, D* dst, size_t n)
+{
+    if constexpr (std::is_same_v<S, half> && std::is_same_v<D, float>) {
+        half_to_float(src, dst, n);
+    } else if constexpr (std::is_same_v<S, float> && std::is_same_v<D, half>) {
+        float_to_half(src, dst, n);
+    } else {
+        static_assert(bulk_convertible<D, S>, "convert_row: no bulk path for these types");
     }
 }
 
