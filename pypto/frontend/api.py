@@ -13,11 +13,16 @@ from ..errors import PyptoError, ShapeError, TypeMismatchError, user_location
 from ..ops.registry import get_op
 from ..passes.hints import stamp as _stamp_hints
 from . import context as ctx
-from .tensor import Tensor
+from .tensor import Alias, Tensor
+
+# ops whose torch counterpart returns a view of its input: a later write into the input is seen
+# through the result (see ``fresh``)
+ALIAS_OPS = frozenset({"view", "reshape", "transpose", "permute", "expand"})
 
 
 # ------------------------------------------------------------------ emission
 def emit(op: str, inputs: list, attrs: dict | None = None) -> Tensor:
+    inputs = [fresh(t) for t in inputs]
     frame = ctx.current()
     g = frame.graph
     ids = [ctx.resolve(t._graph, t._node) for t in inputs]
@@ -26,7 +31,25 @@ def emit(op: str, inputs: list, attrs: dict | None = None) -> Tensor:
     op_def = get_op(op)
     out = op_def.infer(infos, attrs)
     _stamp_hints(op_def, attrs, infos, out)      # the active tiling hints (pypto/passes/hints.py)
-    return Tensor._wrap(g, g.add_node(op, ids, attrs, out, user_location()))
+    result = Tensor._wrap(g, g.add_node(op, ids, attrs, out, user_location()))
+    if op in ALIAS_OPS:
+        src = inputs[0]
+        result._base = Alias(src, op, attrs, (src._graph, src._node),
+                             attrs["offsets"] if op == "view" else None)
+    return result
+
+
+def fresh(t: Tensor) -> Tensor:
+    """``t`` bound to its current value: an alias whose parent was written since it was derived is
+    derived again from the parent (in place, so every holder of ``t`` sees it)."""
+    alias = t._base
+    if not isinstance(alias, Alias):
+        return t
+    parent = fresh(alias.parent)
+    if (parent._graph, parent._node) != alias.seen:
+        again = emit(alias.op, [parent], alias.attrs)
+        t._graph, t._node, t._base = again._graph, again._node, again._base
+    return t
 
 
 def _is_scalar(x) -> bool:
@@ -230,13 +253,11 @@ def getitem(x, idx) -> Tensor:
     out = x
     if any(not (isinstance(o, int) and o == 0) for o in offsets) or tuple(sizes) != tuple(x.shape):
         out = emit("view", [x], {"offsets": tuple(offsets), "shape": tuple(sizes)})
-        out._base = (x, tuple(offsets))
     if squeeze or unsqueeze:
         shape = [s for i, s in enumerate(sizes) if i not in squeeze]
         for p in unsqueeze:
             shape.insert(p, 1)
         out = reshape(out, shape)
-        out._base = "reshaped"
     return out
 
 
@@ -248,9 +269,7 @@ def view(x, shape, offsets, valid_shape=None) -> Tensor:
     shape = tuple(sym.simplify(d) for d in shape)
     valid = tuple(sym.simplify(d) for d in (valid_shape if valid_shape is not None else shape))
     offsets = tuple(sym.simplify(o) for o in offsets)
-    out = emit("view", [x], {"offsets": offsets, "shape": valid, "tile_shape": shape})
-    out._base = (x, offsets)
-    return out
+    return emit("view", [x], {"offsets": offsets, "shape": valid, "tile_shape": shape})
 
 
 def assemble(src, offsets, dst) -> None:
@@ -261,16 +280,17 @@ def assemble(src, offsets, dst) -> None:
 
 
 def _write(dst: Tensor, offsets: tuple, src: Tensor) -> None:
-    base = dst._base
-    if base == "reshaped":
-        raise PyptoError("in-place write into a reshaped/squeezed view is not supported",
+    alias = dst._base
+    if isinstance(alias, Alias) and alias.offsets is None:
+        what = {"reshape": "reshaped/squeezed", "transpose": "transposed", "permute": "permuted",
+                "expand": "expanded"}[alias.op]
+        raise PyptoError(f"in-place write into a {what} view is not supported (torch would write "
+                         "through it into the tensor it was taken of)",
                          hint="write into the original tensor with matching offsets")
-    if isinstance(base, tuple):
-        # a write through a view writes the viewed tensor, then the view is read again from it
-        parent, poffs = base
-        _write(parent, tuple(sym.simplify(a + b) for a, b in zip(poffs, offsets)), src)
-        _rebind(dst, emit("view", [parent], {"offsets": poffs, "shape": dst.shape}))
-        dst._base = base
+    if isinstance(alias, Alias):
+        # a write through a view writes the viewed tensor; the view is then derived from it again
+        _write(alias.parent, tuple(sym.simplify(a + b) for a, b in zip(alias.offsets, offsets)), src)
+        fresh(dst)
     else:
         _rebind(dst, emit("assemble", [dst, src], {"offsets": offsets}))
 
@@ -305,9 +325,7 @@ def reshape(x, *shape) -> Tensor:
     shape = _shape_args(shape)
     if tuple(shape) == tuple(x.shape):
         return x
-    out = emit("reshape", [x], {"shape": shape})
-    out._base = "reshaped"
-    return out
+    return emit("reshape", [x], {"shape": shape})
 
 
 # the op families, re-exported so that ``pypto.<name>`` and Tensor methods find them here

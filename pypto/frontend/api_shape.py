@@ -15,7 +15,7 @@ import sympy
 from .. import dtypes, symbolic as sym
 from ..errors import PyptoError, ShapeError, SymbolicError, TypeMismatchError
 from ..ops.shape_rules import fmt_shape
-from .api import _shape_args, as_tensor, cast, emit, full, getitem, reshape, where
+from .api import _shape_args, as_tensor, cast, emit, fresh, full, getitem, reshape, where
 from .api_reduce import normalize_dim
 from .tensor import Tensor
 
@@ -241,6 +241,7 @@ def pad(input, pad, mode: str = "constant", value=None) -> Tensor:
 
 
 def _tile_shape_of(x: Tensor):
+    x = fresh(x)
     attrs = x._graph.node(x._node)["attrs"]
     return attrs.get("tile_shape") if x._graph.op(x._node) == "view" else None
 

@@ -18,6 +18,7 @@ from .. import backends, dtypes, symbolic as sym
 from ..errors import PyptoError, ShapeError, DTypeError, SymbolicError, TypeMismatchError, user_location
 from ..ir.tensor_graph import OutputSpec, TensorGraph, ValueInfo
 from . import context as ctx
+from .api import fresh
 from .tensor import Tensor, TensorSpec
 
 _last = {"report": None}
@@ -142,6 +143,8 @@ class JitFunction:
             raise TypeMismatchError(f"{self.name} must return a pypto.Tensor, a tuple of them or None, "
                                     f"found {type(result).__name__}", loc=_fn_loc(self.fn))
         for i, t in enumerate(items):
+            if isinstance(t, Tensor):
+                fresh(t)
             if not isinstance(t, Tensor):
                 raise TypeMismatchError(f"{self.name}: returned value {i} is {type(t).__name__}, not a pypto.Tensor",
                                         loc=_fn_loc(self.fn))
@@ -221,13 +224,18 @@ def _fn_loc(fn):
 
 
 def _bind_sizes(g: TensorGraph, tensors, loc) -> dict:
+    return bind_sizes(((g.info(nid).name, g.info(nid).shape, t) for nid, t in zip(g.inputs, tensors)), loc)
+
+
+def bind_sizes(declared, loc) -> dict:
+    """{size symbol name: int} from (argument name, declared shape, torch tensor) triples; one symbol
+    bound to two different sizes is the user's error."""
     env: dict = {}
-    for nid, t in zip(g.inputs, tensors):
-        for d, n in zip(g.info(nid).shape, t.shape):
-            if isinstance(d, sympy.Symbol):
-                if env.setdefault(d.name, int(n)) != int(n):
-                    raise SymbolicError(f"size '{d.name}' is {env[d.name]} in one argument and {int(n)} in "
-                                        f"'{g.info(nid).name}'", loc=loc)
+    for name, shape, t in declared:
+        for d, n in zip(shape, t.shape):
+            if isinstance(d, sympy.Symbol) and env.setdefault(d.name, int(n)) != int(n):
+                raise SymbolicError(f"size '{d.name}' is {env[d.name]} in one argument and {int(n)} in "
+                                    f"'{name}'", loc=loc)
     return env
 
 
@@ -268,6 +276,8 @@ def trace_callable(fn, specs, name: str = "graph", symbols=()) -> TensorGraph:
         ctx.pop()
     g.returns_tuple = isinstance(result, (tuple, list))
     for i, t in enumerate(result if g.returns_tuple else [result]):
+        if isinstance(t, Tensor):
+            fresh(t)
         if not isinstance(t, Tensor) or t._graph is not g:
             raise PyptoError(f"{name}: traced value {i} is not a pypto.Tensor of this graph ({type(t).__name__})")
         g.outputs.append(OutputSpec(t._node, "return", i))

@@ -33,6 +33,20 @@ def _spec(shape, dtype=None, name=None) -> TensorSpec:
     return TensorSpec(tuple(shape), dtypes.to_dtype(dtype) if dtype is not None else None, name)
 
 
+@dataclass
+class Alias:
+    """How a view-like tensor (slice, view, reshape, transpose, permute, expand) derives from the
+    tensor it was taken of. Like torch, a later write into ``parent`` is seen through the alias:
+    ``fresh`` derives it again from the parent's current value (``seen`` is the parent's binding
+    when it was last derived). Only a slice/view (``offsets`` set) can be written through."""
+
+    parent: "Tensor"
+    op: str
+    attrs: dict
+    seen: tuple
+    offsets: tuple | None = None
+
+
 class Tensor:
     """A traced tensor value: (graph, node). Use it like a torch.Tensor inside @pypto.jit."""
 
