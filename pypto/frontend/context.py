@@ -23,7 +23,15 @@ _stack: list[Frame] = []
 loop_ranges: dict = {}
 
 
+# serial number of the current root trace: names a trace for state that must not outlive it (tiling
+# hints); an id() of its graph would be reused by a later trace once the graph is freed
+trace_serial = 0
+
+
 def push(graph: TensorGraph) -> Frame:
+    global trace_serial
+    if not _stack:
+        trace_serial += 1
     f = Frame(graph)
     _stack.append(f)
     return f

@@ -14,12 +14,12 @@ from __future__ import annotations
 from ..errors import TilingError
 
 _global = {"vec": None, "cube": None}                  # set outside any trace
-_local = {"vec": None, "cube": None, "owner": None}    # set inside the trace of root graph `owner`
+_local = {"vec": None, "cube": None, "owner": None}    # set inside the root trace numbered `owner`
 
 
 def _trace_root():
     from ..frontend import context as ctx
-    return id(ctx._stack[0].graph) if ctx.is_tracing() else None
+    return ctx.trace_serial if ctx.is_tracing() else None
 
 
 def _positive_ints(values, what):

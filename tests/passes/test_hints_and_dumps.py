@@ -45,6 +45,27 @@ def test_hints_apply_only_to_later_ops_and_do_not_leak():
     assert all("vec_tile" not in g2.node(n)["attrs"] for n in g2.nodes())
 
 
+def test_a_hint_does_not_leak_into_a_later_trace_whose_graph_has_the_same_address():
+    """CPython reuses a freed graph's memory: a later trace's root graph can have the id() of an
+    earlier one. Tracing into the very same graph object twice stands for that case."""
+    from pypto.frontend import context as ctx
+    from pypto.ir.tensor_graph import TensorGraph
+    from pypto.passes.hints import get_vec_tile_shapes
+
+    graph = TensorGraph("reused")
+    ctx.push(graph)
+    try:
+        pypto.set_vec_tile_shapes(8, 32)
+        assert get_vec_tile_shapes() == (8, 32)
+    finally:
+        ctx.pop()
+    ctx.push(graph)
+    try:
+        assert get_vec_tile_shapes() is None
+    finally:
+        ctx.pop()
+
+
 @pytest.mark.parametrize("dims,what", [((8, 12), "alignment"), ((4, 4, 64), "rank"), ((512, 512), "UB")])
 def test_bad_vec_hint_raises_at_the_user_line(dims, what):
     def f(x):

@@ -19,7 +19,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 import pypto  # noqa: E402
-from pypto.passes.hints import reset_tile_shapes  # noqa: E402
 from pypto.passes.pipeline import lower  # noqa: E402
 from pypto.runtime import cpu  # noqa: E402
 from tests.passes.passes_helpers import assert_match  # noqa: E402
@@ -79,7 +78,6 @@ def prebuilt():
     """Lower every case and compile all their kernels in as few g++ runs as names allow."""
     batches: list[dict] = []
     for fn, args, _ in ALL.values():
-        reset_tile_shapes()       # a program's tile hint must not outlive its trace
         graph = lower(pypto.jit(fn, backend="reference").trace(*[a.clone() for a in args]))
         for batch in batches:
             if not set(batch) & set(graph.kernels):
@@ -94,7 +92,6 @@ def prebuilt():
 @pytest.mark.parametrize("name", list(ALL))
 def test_cpu_equals_reference(name):
     fn, args, tol = ALL[name]
-    reset_tile_shapes()
     on_cpu = pypto.jit(fn, backend="cpu")
     reference = pypto.jit(fn, backend="reference")
     cpu_args, ref_args = [a.clone() for a in args], [a.clone() for a in args]
