@@ -6,6 +6,7 @@
   single-dim reductions (from the innermost dim out, accumulating fp16/bf16 in fp32 as the single
   reduction would);
 * ``argmax`` over the whole of a tensor of rank > 1 reduces its flattened form;
+* ``cumsum`` and ``argmax`` along a dim too long for one tile run blockwise (``wide_scans``);
 * ``index_select`` and ``gather`` become a select against a generated index and a sum over it
   (exact: one term is the value, the others zero), so they run on the vector unit without
   data-dependent addressing;
@@ -18,6 +19,7 @@ from ..frontend import api as P
 from ..ir.tensor_graph import TensorGraph
 from .iterspace import is_one
 from .rewrite import rebuild
+from .wide_scans import argmax_rule, blocked_argmax, cumsum_rule
 
 EXACT_WIDENING = {(dtypes.float16, dtypes.float32), (dtypes.bfloat16, dtypes.float32),
                   (dtypes.int8, dtypes.int32), (dtypes.int16, dtypes.int32), (dtypes.int8, dtypes.int16),
@@ -83,13 +85,17 @@ def _split_reduce(g, nid, ins):
 def _flatten_argmax(g, nid, ins):
     a = g.node(nid)["attrs"]
     x = ins[0]
-    if a.get("dim") is not None or x.ndim <= 1:
-        return None
+    if a.get("dim") is not None:
+        return argmax_rule(g, nid, ins)
+    if x.ndim <= 1:
+        return blocked_argmax(x, 0, False) if x.ndim == 1 else None
     n = 1
     for d in x.shape:
         n = n * d
     flat = P.reshape(x, (n,))
-    out = P.emit("argmax", [flat], {"dim": 0, "keepdim": False})
+    out = blocked_argmax(flat, 0, False)
+    if out is None:
+        out = P.emit("argmax", [flat], {"dim": 0, "keepdim": False})
     if a.get("keepdim"):
         out = P.reshape(out, (1,) * x.ndim)
     return out
@@ -134,7 +140,8 @@ def _gather(g, nid, ins):
     return out
 
 
-RULES = {"cast": _fold_cast, "argmax": _flatten_argmax, "index_select": _index_select, "gather": _gather}
+RULES = {"cast": _fold_cast, "argmax": _flatten_argmax, "index_select": _index_select, "gather": _gather,
+         "cumsum": cumsum_rule}
 RULES |= {op: _split_reduce for op in SPLITTABLE}
 
 

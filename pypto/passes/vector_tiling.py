@@ -190,10 +190,17 @@ class VectorTiler:
         for (acc, bmap), src in zip(accesses, self._access_sources):
             mode = self._access_mode(acc, bmap)
             whole = {k for k in (canon.row, canon.col) if k is not None and canon.roles[k] != "par"}
-            if mode == "point" and whole and src is not None:
-                raise NeedsCopy(src)        # a strided read against a whole axis: make it contiguous first
+            # a strided read against a whole axis (one element, or one row, per GM box while the
+            # reduction needs every row of the axis in one tile): make it contiguous first
+            if src is not None and (mode == "point" and whole or
+                                    mode in ("rows1", "trans_rows1") and canon.row in whole):
+                raise NeedsCopy(src)
             modes.add(mode)
         self.tile_sizes = tile_choice.vector_tiles(self, sizes, modes)
+        for k, role in enumerate(canon.roles):
+            if role == "whole" and isinstance(sizes[k], int) and self.tile_sizes[k] < sizes[k]:
+                raise CompileError(f"cannot tile: the reduced/scanned dim of size {sizes[k]} would be cut into "
+                                   f"tiles of {self.tile_sizes[k]}")
         self.axes = []
         for k, run in enumerate(canon.runs):
             role = "sequential" if canon.roles[k] == "seq" else "parallel"
@@ -240,6 +247,11 @@ class VectorTiler:
 
         def next_to(lo_dims, hi_dims):
             return all(_is_unit(acc.shape[x]) for x in range(max(lo_dims) + 1, min(hi_dims)))
+        # a buffer dim after the col dims that no axis runs along (a fixed index, e.g. x[..., 3:4]):
+        # the box's last dim is not the col dim
+        trailing = [x for x in range(last + 1, len(acc.shape)) if not _is_unit(acc.shape[x])]
+        if cols and max(cols) == last and trailing:
+            return "trans_rows1" if len(trailing) == 1 and next_to(cols, trailing) else "point"
         if cols and max(cols) == last:
             return "normal" if not rows or next_to(rows, cols) else "rows1"
         if not cols:
@@ -394,7 +406,7 @@ class VectorTiler:
             if dims[-1][2] != col:
                 if len(dims) > 1 and dims[-2][2] == col and (
                         (row in present_axes and dims[-1][2] == row)
-                        or (dims[-1][2] is not None and canon.kind(dims[-1][2]) == "grid"
+                        or ((dims[-1][2] is None or canon.kind(dims[-1][2]) == "grid")
                             and (row not in present_axes or self.tile_sizes[row] == 1))):
                     trans = True
                 elif not (self.tile_sizes[col] == 1 and (row is None or self.tile_sizes[row] == 1)):
