@@ -26,6 +26,7 @@ import torch
 
 from .. import backends, dtypes, symbolic as sym
 from ..errors import DTypeError, PyptoError, ShapeError, SymbolicError, TypeMismatchError, user_location
+from ..frontend.jit import _fn_loc, _has_varargs, _positional, bind_sizes as _bind_declared
 from ..frontend.tensor import TensorSpec
 from ..machine import MachineSpec, get_machine, load_machine
 from ..symbolic import index_symbol
@@ -217,34 +218,7 @@ def _check_spec(name, pname, t, spec, loc):
 
 
 def bind_sizes(program: KernelProgram, tensors: dict, loc) -> dict:
-    env: dict = {}
-    for p in program.params:
-        t = tensors[p.name]
-        for d, n in zip(p.shape, t.shape):
-            if isinstance(d, sympy.Symbol) and env.setdefault(d.name, int(n)) != int(n):
-                raise SymbolicError(f"size '{d.name}' is {env[d.name]} in one argument and {int(n)} in '{p.name}'",
-                                    loc=loc)
-    return env
-
-
-def _has_varargs(sig) -> bool:
-    return any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in sig.parameters.values())
-
-
-def _positional(sig, call):
-    out = []
-    for p in sig.parameters.values():
-        if p.kind == p.VAR_POSITIONAL:
-            out.extend(call.get(p.name, ()))
-        elif p.kind != p.VAR_KEYWORD:
-            out.append(call[p.name])
-    return out
-
-
-def _fn_loc(fn):
-    from ..errors import SourceLoc
-    code = getattr(fn, "__code__", None)
-    return SourceLoc(code.co_filename, code.co_firstlineno, code.co_name) if code else None
+    return _bind_declared(((p.name, p.shape, tensors[p.name]) for p in program.params), loc)
 
 
 def kernel(fn=None, **options):
