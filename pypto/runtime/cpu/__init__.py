@@ -130,8 +130,8 @@ _PLANS_PER_GRAPH = 16
 def _plan_slot(graph, env, kernels, spec, nthreads):
     entry = _PLANS.get(id(graph))
     if entry is None or entry[0]() is not graph:
-        try:
-            entry = _PLANS[id(graph)] = (weakref.ref(graph), {})
+        try:   # the entry goes with the graph (pro kernels make a graph per call)
+            entry = _PLANS[id(graph)] = (weakref.ref(graph, lambda _, k=id(graph): _PLANS.pop(k, None)), {})
         except TypeError:
             return None, None
     key = (tuple(sorted(env.items())), tuple(sorted((n, id(lib), inner) for n, (lib, inner) in

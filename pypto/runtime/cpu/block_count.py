@@ -195,7 +195,7 @@ def _free_cached(kernel: Kernel) -> bool:
         return hit[1]
     free = block_count_free(kernel)
     try:
-        _FREE[id(kernel)] = (weakref.ref(kernel), free)
+        _FREE[id(kernel)] = (weakref.ref(kernel, lambda _, k=id(kernel): _FREE.pop(k, None)), free)
     except TypeError:
         pass
     return free

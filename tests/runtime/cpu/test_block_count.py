@@ -90,3 +90,17 @@ def test_a_carried_kernel_runs_on_every_core():
     y = torch.empty_like(x)
     cpu.run_kernel(running_sum(carried=True), {"x": x, "y": y}, block_dim=48, threads=2)
     torch.testing.assert_close(y, _per_core_running_sum(x, 8, 48))
+
+
+def test_plans_and_verdicts_go_with_their_graphs():
+    import gc
+
+    from pypto.runtime.cpu import block_count
+    plans_before, free_before = len(cpu._PLANS), len(block_count._FREE)
+    for _ in range(3):
+        kernel = running_sum(carried=False)
+        x = torch.randn(16, 64)
+        cpu.run_kernel(kernel, {"x": x, "y": torch.empty_like(x)}, block_dim=48, threads=2)
+        del kernel
+    gc.collect()
+    assert len(cpu._PLANS) <= plans_before + 1 and len(block_count._FREE) <= free_before + 1
