@@ -137,17 +137,18 @@ def rms_norm_case(rows=8192, cols=4096, eps=1e-6):
             lambda: torch.nn.functional.rms_norm(x, (cols,), w, eps), "y")
 
 
-def matmul_case(n=2048, bm=128, bn=256, bk=64):
-    """c = a @ b, fp32: one [128, 256] output tile (all of L0C) per core, K in steps of 64 through
-    L1 -> L0A / L0B -> L0C (the tile shape bench_sim uses)."""
+def matmul_case(n=2048, bm=128, bn=256, bk=64, dtype=F32):
+    """c = a @ b, fp32 result: one [128, 256] output tile (all of L0C) per core, K in steps of 64
+    through L1 -> L0A / L0B -> L0C (the tile shape bench_sim uses). ``dtype``: the operands' (fp16:
+    converted to fp32 once per tile, accumulated in fp32; torch multiplies fp16 in fp16)."""
     t, kk = Tiles(), index_symbol("kk")
     tiles_n = ceildiv(N, bn)
     m0, n0 = sympy.floor(BLOCK_IDX / tiles_n) * bm, sympy.Mod(BLOCK_IDX, tiles_n) * bn
     vm, vn, vk = smin(bm, M - m0), smin(bn, N - n0), smin(bk, K - kk)
-    t.add("a1", L1, (bm, bk), (vm, vk))
-    t.add("b1", L1, (bk, bn), (vk, vn))
-    t.add("a0", L0A, (bm, bk), (vm, vk))
-    t.add("b0", L0B, (bk, bn), (vk, vn))
+    t.add("a1", L1, (bm, bk), (vm, vk), dtype)
+    t.add("b1", L1, (bk, bn), (vk, vn), dtype)
+    t.add("a0", L0A, (bm, bk), (vm, vk), dtype)
+    t.add("b0", L0B, (bk, bn), (vk, vn), dtype)
     t.add("c0", L0C, (bm, bn), (vm, vn))
     loop = For(kk, 0, K, bk, [
         WaitFlag(Pipe.MTE1, Pipe.MTE2, 0),
@@ -162,10 +163,11 @@ def matmul_case(n=2048, bm=128, bn=256, bk=64):
             WaitFlag(Pipe.MTE1, Pipe.MTE2, 0), WaitFlag(Pipe.M, Pipe.MTE1, 0),
             SetFlag(Pipe.M, Pipe.FIX, 0), WaitFlag(Pipe.M, Pipe.FIX, 0),
             t("TSTORE", GMRegion("c", (m0, n0)), "c0")]
-    gm = [GMParam("a", F32, (M, K)), GMParam("b", F32, (K, N)), GMParam("c", F32, (M, N))]
-    k = Kernel("matmul", [Block("matmul", CoreType.AIC, gm, [], list(t.decls.values()), body)])
-    bufs = [Buffer("a", (n, n), F32, "input"), Buffer("b", (n, n), F32, "input"), Buffer("c", (n, n), F32, "output")]
-    a, b = torch.randn(n, n), torch.randn(n, n)
+    gm = [GMParam("a", dtype, (M, K)), GMParam("b", dtype, (K, N)), GMParam("c", F32, (M, N))]
+    k = Kernel(f"matmul_{dtype.name}", [Block("matmul", CoreType.AIC, gm, [], list(t.decls.values()), body)])
+    bufs = [Buffer("a", (n, n), dtype, "input"), Buffer("b", (n, n), dtype, "input"),
+            Buffer("c", (n, n), F32, "output")]
+    a, b = torch.randn(n, n).to(dtype.torch_dtype), torch.randn(n, n).to(dtype.torch_dtype)
     blocks = -(-n // bm) * -(-n // bn)
     return (_graph(k, bufs, ["a", "b"], ["c"], blocks), {"a": a, "b": b, "c": torch.empty(n, n)},
             lambda: a @ b, "c")
@@ -177,6 +179,8 @@ CASES = {
     "softmax [8192, 4096] fp32": (softmax_case, dict(rows=8192, cols=4096), dict(rows=512, cols=4096), None),
     "rms_norm [8192, 4096] fp32": (rms_norm_case, dict(rows=8192, cols=4096), dict(rows=512, cols=4096), 0.7),
     "matmul 2048^3 fp32": (matmul_case, dict(n=2048), dict(n=512), 2.0),
+    "matmul 1024^3 fp16 operands, fp32 accumulate": (matmul_case, dict(n=1024, dtype=dtypes.float16),
+                                                     dict(n=512, dtype=dtypes.float16), None),
 }
 
 
