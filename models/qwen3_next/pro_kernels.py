@@ -27,7 +27,6 @@ Supported by this path (``supports``): K == V <= 128, chunk size a power of two 
 dtype (fp32, bf16 or fp16). ``functional.chunk_gated_delta_rule`` falls back to the Tensor-level
 kernels otherwise.
 """
-from __future__ import annotations
 
 import math
 
