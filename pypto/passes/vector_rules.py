@@ -331,6 +331,8 @@ def _alias(b, n):
 
 def _scan(b, n):
     sp = b.plan.spaces[n]
+    if not sp.scans:                 # along a dim of size 1: the value itself
+        return _copy(b, n)
     (d,) = sp.scans
     kind = b.canon.kind(b.canon.axis_of[d.find()])
     out = b.g.info(n).dtype
@@ -379,7 +381,10 @@ def _reduce(b, n):
             res = fin
         _result(b, n, res)
         return
-    if t == src:          # nothing to reduce along the tile (size-1 / grid-only dims)
+    if t == src and op == "argmax":      # along size-1 dims only: every index is 0
+        t = b.new_tile(acc_dt, r, c, "v")
+        b.emit("TEXPANDS", [t, 0])
+    elif t == src:          # nothing to reduce along the tile (size-1 / grid-only dims)
         t = _tile(b, ("tile", src), acc_dt)
     if b.tiles[t].dtype != out:
         t = convert(b, t, out)

@@ -99,6 +99,11 @@ def _buffer_adjacent(acc, bmap, a, b) -> bool:
     return acc.offsets[bb] == 0 and same(acc.extents[bb], acc.shape[bb])
 
 
+def _contiguous(acc) -> bool:
+    """The access reads its whole buffer."""
+    return all(o == 0 for o in acc.offsets) and all(same(e, n) for e, n in zip(acc.extents, acc.shape))
+
+
 def _prod(xs):
     n = 1
     for x in xs:
@@ -181,7 +186,15 @@ class VectorTiler:
         try:
             canon = canonical_axes(group, presences, accesses, pinned, self._hint_splits())
         except CompileError:
-            canon = canonical_axes(group, presences, accesses, pinned)     # the hint's axes cannot hold it
+            try:
+                canon = canonical_axes(group, presences, accesses, pinned)     # the hint's axes cannot hold it
+            except CompileError:
+                # a strided input keeps dims apart that a contiguous copy would merge: copy it first
+                strided = [src for (acc, _), src in zip(accesses, self._access_sources)
+                           if src is not None and not _contiguous(acc)]
+                if strided:
+                    raise NeedsCopy(strided[0])
+                raise
         self.canon = canon
         self.accesses = accesses
         # tiles along each axis
@@ -189,7 +202,7 @@ class VectorTiler:
         modes = set()
         for (acc, bmap), src in zip(accesses, self._access_sources):
             mode = self._access_mode(acc, bmap)
-            whole = {k for k in (canon.row, canon.col) if k is not None and canon.roles[k] != "par"}
+            whole = {k for k in (canon.row, canon.col) if k is not None and canon.runs and canon.roles[k] != "par"}
             # a strided read against a whole axis (one element, or one row, per GM box while the
             # reduction needs every row of the axis in one tile): make it contiguous first
             if src is not None and (mode == "point" and whole or
