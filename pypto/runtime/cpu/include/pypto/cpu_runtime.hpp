@@ -9,6 +9,8 @@
 // Launches are short (often well under a millisecond), so nothing is created per launch: the
 // worker threads are a process-wide pool that stays parked between launches, and the local
 // memories of cores are recycled through a bank (a fresh allocation would page-fault anew).
+// The cores of a cluster are fibers of one worker thread: a core that waits for a cross-core
+// flag switches to its partners in user space (no sleeping threads, no kernel scheduler).
 #pragma once
 
 #include <atomic>
@@ -20,6 +22,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <ucontext.h>
 
 #include <pypto/kernel_support.hpp>
 
@@ -138,6 +142,82 @@ private:
 };
 #endif
 
+// Runs the cores of one cluster as fibers of the calling thread, round robin: a fiber runs until
+// it finishes or yields (a cross-core wait that cannot pass yet). Stacks are kept per thread.
+class ClusterFibers {
+public:
+    static constexpr size_t kStackBytes = size_t(1) << 20;
+
+    explicit ClusterFibers(size_t count) : fibers_(count)
+    {
+        thread_local std::vector<std::unique_ptr<char[]>> stacks;
+        while (stacks.size() < count) stacks.emplace_back(new char[kStackBytes]);
+        for (size_t i = 0; i < count; ++i) fibers_[i].stack = stacks[i].get();
+    }
+
+    // bodies[i] runs as fiber i; returns when every body has returned (bodies must not throw).
+    void run(const std::vector<std::function<void()>>& bodies)
+    {
+        for (size_t i = 0; i < fibers_.size(); ++i) {
+            Fiber& f = fibers_[i];
+            f.body = &bodies[i];
+            f.owner = this;
+            getcontext(&f.context);
+            f.context.uc_stack.ss_sp = f.stack;
+            f.context.uc_stack.ss_size = kStackBytes;
+            f.context.uc_link = &home_;
+            const uintptr_t p = reinterpret_cast<uintptr_t>(&f);
+            makecontext(&f.context, reinterpret_cast<void (*)()>(&ClusterFibers::entry), 2,
+                        static_cast<unsigned>(p >> 32), static_cast<unsigned>(p & 0xffffffffu));
+        }
+        for (size_t live = fibers_.size(); live > 0;) {
+            for (size_t i = 0; i < fibers_.size(); ++i) {
+                if (fibers_[i].done) continue;
+                current_ = i;
+                swapcontext(&home_, &fibers_[i].context);
+                if (fibers_[i].done) --live;
+            }
+        }
+    }
+
+    // ClusterSync's yield: back to the scheduler; the thread-local core bindings of this fiber
+    // are put back when it resumes.
+    static void yield(void* self)
+    {
+        auto* me = static_cast<ClusterFibers*>(self);
+#if defined(PYPTO_CPU_PTO)
+        pto::cpu::CoreState* core = pto::cpu::tls_core;
+#endif
+        ClusterSync* cluster = detail::tls_cluster;
+        const int role = detail::tls_role;
+        swapcontext(&me->fibers_[me->current_].context, &me->home_);
+#if defined(PYPTO_CPU_PTO)
+        pto::cpu::tls_core = core;
+#endif
+        bind_cluster(cluster, role);
+    }
+
+private:
+    struct Fiber {
+        ucontext_t context;
+        char* stack = nullptr;
+        const std::function<void()>* body = nullptr;
+        ClusterFibers* owner = nullptr;
+        bool done = false;
+    };
+
+    static void entry(unsigned hi, unsigned lo)
+    {
+        Fiber* f = reinterpret_cast<Fiber*>((static_cast<uintptr_t>(hi) << 32) | lo);
+        (*f->body)();
+        f->done = true;      // returning resumes home_ (uc_link)
+    }
+
+    std::vector<Fiber> fibers_;
+    ucontext_t home_;
+    size_t current_ = 0;
+};
+
 using CoreFn = std::function<void(const CoreIndex&)>;
 
 class Launch {
@@ -188,16 +268,20 @@ private:
     {
         const int64_t subblocks = std::max<int64_t>(1, config_.subblocks);
         ClusterSync sync(static_cast<int>(subblocks));
-        std::vector<std::thread> vec_threads;
+        ClusterFibers fibers(static_cast<size_t>(1 + subblocks));
+        sync.cooperative(&ClusterFibers::yield, &fibers);
+        std::vector<std::function<void()>> bodies;
+        bodies.emplace_back([&]() {
+            CoreIndex id{cluster, config_.block_dim, 0, subblocks};
+            run_core(cube, id, "cube core ", &sync, 0);
+        });
         for (int64_t s = 0; s < subblocks; ++s) {
-            vec_threads.emplace_back([&, s]() {
+            bodies.emplace_back([&, s]() {
                 CoreIndex id{cluster, config_.block_dim, s, subblocks};
                 run_core(vector, id, "vector sub-block ", &sync, static_cast<int>(1 + s));
             });
         }
-        CoreIndex id{cluster, config_.block_dim, 0, subblocks};
-        run_core(cube, id, "cube core ", &sync, 0);
-        for (auto& t : vec_threads) t.join();
+        fibers.run(bodies);
     }
 
     void run_core(const CoreFn& fn, const CoreIndex& id, const char* kind, ClusterSync* sync, int role)
@@ -215,6 +299,9 @@ private:
         } catch (const std::exception& e) {
             failed = true;
             record(error_, where + ": " + e.what());
+        } catch (...) {      // nothing may unwind out of a fiber
+            failed = true;
+            record(error_, where + ": an unknown C++ exception");
         }
         if (sync) sync->finish(role, failed);
         bind_cluster(nullptr, 0);
@@ -235,7 +322,6 @@ private:
         void enter(const std::string& name)
         {
 #if defined(PYPTO_CPU_PTO)
-            thread_local pto::cpu::CoreState state;
             size_t cap[pto::cpu::kSpaceCount];
             for (int s = 0; s < pto::cpu::kSpaceCount; ++s) cap[s] = static_cast<size_t>(config.capacity[s]);
             memory = MemoryBank::shared().take(cap);
@@ -269,6 +355,7 @@ private:
 
         const LaunchConfig& config;
 #if defined(PYPTO_CPU_PTO)
+        pto::cpu::CoreState state;          // per core: the fibers of a cluster share a thread
         pto::cpu::CoreState* current = nullptr;
         std::unique_ptr<pto::cpu::CoreMemory> memory;
 #endif

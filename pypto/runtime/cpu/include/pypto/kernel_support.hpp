@@ -418,9 +418,22 @@ public:
         changed_.notify_all();
     }
 
+    // Cooperative mode: the cores of the cluster are fibers of one thread, and a core that has
+    // to wait hands the thread to the others through `yield` instead of blocking it.
+    using YieldFn = void (*)(void*);
+    void cooperative(YieldFn yield, void* arg)
+    {
+        yield_ = yield;
+        yield_arg_ = arg;
+    }
+
     void wait(int role, int flag)
     {
         check_flag(flag);
+        if (yield_ != nullptr) {
+            wait_cooperative(role, flag);
+            return;
+        }
         std::unique_lock<std::mutex> lock(mutex_);
         waiting_[role] = flag;
         while (!can_pass(role, flag)) {
@@ -451,6 +464,26 @@ public:
     }
 
 private:
+    void wait_cooperative(int role, int flag)
+    {
+        waiting_[role] = flag;
+        while (!can_pass(role, flag)) {
+            if (aborted_) throw ClusterAborted("another core of the cluster failed");
+            if (everyone_else_stuck(role)) {
+                aborted_ = true;
+                fail(std::string(role == 0 ? "the cube core" : "a vector sub-block") + " waits for cross-core flag " +
+                     std::to_string(flag) + " that no core of the cluster will set (deadlock)");
+            }
+            yield_(yield_arg_);
+        }
+        waiting_[role] = -1;
+        if (role == 0) {
+            for (int s = 0; s < subblocks_; ++s) --to_cube_[s][flag];
+        } else {
+            --to_vector_[role - 1][flag];
+        }
+    }
+
     static void check_flag(int flag)
     {
         if (flag < 0 || flag >= kFlags) fail("cross-core flag id " + std::to_string(flag) + " is out of range");
@@ -481,6 +514,8 @@ private:
     int waiting_[kMaxSubblocks + 1];
     bool done_[kMaxSubblocks + 1] = {};
     bool aborted_ = false;
+    YieldFn yield_ = nullptr;
+    void* yield_arg_ = nullptr;
 };
 
 namespace detail {
