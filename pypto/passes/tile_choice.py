@@ -72,6 +72,12 @@ def _hint_tiles(tiler, sizes):
     return per_axis, tiler.g.node(n)["loc"]
 
 
+def ub_budget(tiler) -> int:
+    """The UB bytes the chooser may plan for: the capacity, scaled down by the driver when the memory
+    planner could not place the tiles of a first choice (the estimate is an estimate)."""
+    return int(tiler.machine.capacity["UB"] * getattr(tiler, "ub_scale", 1.0))
+
+
 def vector_tiles(tiler, sizes, modes) -> list:
     canon, spec = tiler.canon, tiler.machine
     n = len(sizes)
@@ -104,12 +110,12 @@ def vector_tiles(tiler, sizes, modes) -> list:
                 tiles[k] = min(tiles[k], sizes[k])
         # the hint fits its own op; the fused group around it may hold more values: shrink what it may
         align = max(spec.alignment // max(tiler.g.info(m).dtype.itemsize for m in tiler.group.nodes), 1)
-        while working_set(tiler, tiles) > spec.capacity["UB"]:
+        while working_set(tiler, tiles) > ub_budget(tiler):
             movable = [k for k in range(n) if k not in fixed and tiles[k] > (align if k == canon.col else 1)]
             if not movable:
                 raise TilingError(f"vector tile shape {list(tiles)} of this fused group needs about "
                                   f"{working_set(tiler, tiles)} bytes of UB with double buffering, over "
-                                  f"{spec.capacity['UB']}", loc=loc)
+                                  f"{ub_budget(tiler)}", loc=loc)
             k = max(movable, key=lambda j: tiles[j])
             tiles[k] = max(tiles[k] // 2, align if k == canon.col else 1)
         return tiles
@@ -137,6 +143,7 @@ def _auto(tiler, sizes, fixed) -> list:
     col_cands = _candidates(sizes[col], fixed.get(col), col_align, MAX_COLS_BYTES // itemsize)
     row_cands = _candidates(sizes[row], fixed.get(row), 1, 4096) if row is not None else [1]
     best, best_t = None, math.inf
+    ub = ub_budget(tiler)
     for tc in col_cands:
         for tr in row_cands:
             tiles = [fixed.get(k, 1) for k in range(n)]
@@ -144,15 +151,15 @@ def _auto(tiler, sizes, fixed) -> list:
             if row is not None:
                 tiles[row] = tr
             ws = working_set(tiler, tiles)
-            if ws > spec.capacity["UB"] * FILL and best is not None:
+            if ws > ub * FILL and best is not None:
                 continue
             t = _time(tiler, sizes, tiles)
-            if ws > spec.capacity["UB"] * FILL:
-                t = math.inf if best is None and ws <= spec.capacity["UB"] else t * 1e6
+            if ws > ub * FILL:
+                t = math.inf if best is None and ws <= ub else t * 1e6
             if t < best_t or best is None:
                 best, best_t = tiles, t
-    if working_set(tiler, best) > spec.capacity["UB"]:
-        raise TilingError(f"no tile of this fused group fits the {spec.capacity['UB']}-byte UB "
+    if working_set(tiler, best) > ub:
+        raise TilingError(f"no tile of this fused group fits the {ub}-byte UB "
                           f"(smallest needs {working_set(tiler, best)} bytes)",
                           loc=tiler.g.node(tiler.group.nodes[-1])["loc"])
     return best

@@ -243,8 +243,7 @@ class _Body:
                 name = _pname(g, grp, self.scope)
                 for _attempt in range(8):
                     try:
-                        prog = VectorTiler(g, grp, self.plan, self.storage, stores, self.scope.view,
-                                           self.scope.machine, name).build()
+                        prog = self._fitting_program(grp, stores, name)
                         break
                     except NeedsCopy as need:
                         src = need.src
@@ -265,6 +264,32 @@ class _Body:
                     continue
                 self._copy(n, acc)
         return self.items
+
+    def _fitting_program(self, grp, stores, name):
+        """The group's TileProgram with tiles the memory planner can place: the chooser's UB estimate
+        first; when the planned block overflows, smaller budgets; when even the smallest tiles overflow,
+        the program without its second (ping-pong) copy. The memory pass reports what still overflows."""
+        from .tile_choice import TilingError
+        from .vector_tiling import VectorTiler
+
+        def build(scale):
+            tiler = VectorTiler(self.g, grp, self.plan, self.storage, stores, self.scope.view,
+                                self.scope.machine, name)
+            tiler.ub_scale = scale
+            return tiler.build()
+        prog = build(1.0)
+        if _ub_fits(prog, self.scope.machine):
+            return prog
+        for scale in (0.5, 0.25, 0.125):
+            try:
+                smaller = build(scale)
+            except TilingError:
+                break
+            if _ub_fits(smaller, self.scope.machine):
+                return smaller
+            prog = smaller
+        prog.attrs["pingpong"] = False
+        return prog
 
     def _store_target(self, n) -> st.Access:
         accs = self.wants.get(n)
@@ -408,6 +433,19 @@ class _Body:
             wants.setdefault(o.node, []).append(bufs[j])
         items = _Body(body, self.scope, body_storage, wants, mutable, True).run()
         self.items.append(TileLoop(attrs["var"], attrs["start"], attrs["stop"], attrs["step"], items, node["loc"]))
+
+
+def _ub_fits(prog, machine) -> bool:
+    """Whether the memory planner places every tile of the vector program's block within the UB."""
+    from .memory import plan_memory
+    from .to_blocks import lower_program
+    kernel, _, regions = lower_program(prog, machine)
+    try:
+        for b in kernel.blocks:
+            plan_memory(b, machine, regions)
+    except CompileError:
+        return False
+    return True
 
 
 def _pname(g, grp, scope) -> str:

@@ -66,8 +66,10 @@ def lower_program(p: TileProgram, machine, core: CoreType = CoreType.AIV):
     n_par = _total(par)
     block_dim = sympy.Max(1, sympy.Min(n_par, cores)) if not isinstance(n_par, int) else max(1, min(n_par, cores))
     one_each = isinstance(n_par, int) and n_par <= cores
-    pingpong_outer = seq is None and not one_each
-    pingpong_inner = seq is not None and not (isinstance(seq.count, int) and seq.count == 1)
+    # a program whose smallest tiles leave no room for a second copy runs single-buffered
+    double = p.attrs.get("pingpong", True)
+    pingpong_outer = double and seq is None and not one_each
+    pingpong_inner = double and seq is not None and not (isinstance(seq.count, int) and seq.count == 1)
 
     tiles, regions = {}, {}
     by_phase = {"setup": [], "pre": [], "step": [], "post": []}
