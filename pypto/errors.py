@@ -100,6 +100,10 @@ class CompileError(PyptoError):
     """A pass or a backend could not compile the program."""
 
 
+class SyncError(CompileError):
+    """Automatic synchronisation could not be built (e.g. more event ids than the machine has)."""
+
+
 class SimError(PyptoError):
     """The simulator caught what hardware would get wrong (race, deadlock, overflow, misalignment)."""
 

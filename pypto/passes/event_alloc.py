@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from pypto.ir.block import For, If, Instr, SetFlag, WaitFlag, walk
+from ..ir.block import For, If, Instr, SetFlag, WaitFlag, walk
 
-from .errors import SyncError
+from ..errors import SyncError
 
 
 def _pipes(stmt) -> set:

@@ -20,13 +20,17 @@ loop unchanged, so double-buffer tokens are not drained at every outer iteration
 are analysed from the same state and the branch that touched a resource decides the state after the
 ``if``; the other branch is converted at its end. Sets are never placed outside the branch or loop
 body that waits for them, so every set is consumed exactly once on every path (the simulator checks
-it). Event ids are then allocated per pipe pair and checked against MachineSpec.memory.event_ids.
+it). Event ids are then allocated per pipe pair (``event_alloc``) and checked against
+MachineSpec.memory.event_ids.
+
+Used by Professional mode (pypto_pro.language) and the Tile level (pypto.tile); each gives
+``PipeSync`` its own ``resources_of(instr)`` (which buffers an instruction touches).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pypto.ir.block import For, If, Instr, SetFlag, WaitFlag
+from ..ir.block import For, If, Instr, SetFlag, WaitFlag
 
 
 ENTRY = ("entry",)          # dry run of a loop body: the state the loop will be entered in (unknown yet)
@@ -364,8 +368,7 @@ def _order(r):
     return (r[0], str(r[1]))
 
 
-# --------------------------------------------------------------------------- resources
-class _UnionFind:
+class UnionFind:
     def __init__(self):
         self.parent = {}
 
@@ -378,57 +381,3 @@ class _UnionFind:
 
     def union(self, a, b):
         self.parent[self.find(a)] = self.find(b)
-
-
-def resource_map(section):
-    """decl name -> resource key: overlapping slots, and slots sharing a mutex id, are one resource."""
-    slots = {s.uid: s for s in section.slot_of.values()}
-    uf = _UnionFind()
-    items = sorted(slots.values(), key=lambda s: (str(s.space), s.addr if s.addr is not None else -1))
-    for i, a in enumerate(items):
-        uf.find(a.uid)
-        for b in items[i + 1:]:
-            if a.space != b.space or a.addr is None or b.addr is None or b.addr >= a.addr + a.nbytes:
-                break
-            uf.union(a.uid, b.uid)
-    by_mutex = {}
-    for s in items:
-        if s.mutex_id is not None:
-            key = (str(s.space), s.mutex_id)
-            if key in by_mutex:
-                uf.union(s.uid, by_mutex[key])
-            by_mutex[key] = s.uid
-    return {name: ("tile", uf.find(slot.uid)) for name, slot in section.slot_of.items()}
-
-
-def make_resources_of(section):
-    tile_res = resource_map(section)
-
-    def resources_of(ins: Instr) -> list:
-        out = []
-        for o in ins.operands:
-            r = tile_res[o] if isinstance(o, str) else (("gm", o.param) if hasattr(o, "param") else None)
-            if r is not None and r not in out:
-                out.append(r)
-        return out
-    return resources_of
-
-
-# --------------------------------------------------------------------------- driver
-def synchronize_block(block, section, machine, copy_of=None, loop_src=None) -> dict:
-    ps = PipeSync(make_resources_of(section), block.name, copy_of, loop_src)
-    root = Seq(None)
-    ps.run(block.body, root)
-    ps.finish(root)
-    block.body = root.materialize()
-    from .events import allocate_events
-    return allocate_events(block, ps.chan_of, machine)
-
-
-def synchronize(blocks, parser, machine) -> dict:
-    from .cross_core import cross_core_sync
-    cross_core_sync(blocks, parser)
-    events = {}
-    for b in blocks:
-        events[b.name] = synchronize_block(b, parser.sections[b.core], machine, parser.copy_of, parser.loop_src)
-    return events

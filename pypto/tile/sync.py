@@ -1,6 +1,6 @@
 """Pipe synchronisation of a tile kernel's blocks.
 
-The Tile level uses the ownership-based pass of Professional mode (``pypto_pro.language.sync``: every
+The Tile level uses the ownership-based pass shared with Professional mode (``pypto.passes.pipe_sync``: every
 buffer is owned by one pipe at a time; a hand-over is a set/wait pair; loops carry ownership round the
 back edge; event ids are shared only when a happens-before chain proves their lives never overlap).
 ``pypto.passes.sync.insert_sync`` colours event ids by program-order intervals, which lets a fast pipe
@@ -12,28 +12,15 @@ tensor (so a kernel that loads a tile of a tensor it also stores to is ordered o
 """
 from __future__ import annotations
 
-from ..errors import CompileError
+from ..errors import CompileError, SyncError
 from ..ir.block import Block, GMRegion, Instr
-
-
-class _UnionFind:
-    def __init__(self):
-        self.parent = {}
-
-    def find(self, x):
-        self.parent.setdefault(x, x)
-        while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
-            x = self.parent[x]
-        return x
-
-    def union(self, a, b):
-        self.parent[self.find(a)] = self.find(b)
+from ..passes.event_alloc import allocate_events
+from ..passes.pipe_sync import PipeSync, Seq, UnionFind
 
 
 def tile_resources(block: Block) -> dict:
     """tile name -> resource key (tiles sharing bytes are one resource)."""
-    uf = _UnionFind()
+    uf = UnionFind()
     by_space: dict = {}
     for t in block.tiles:
         uf.find(t.name)
@@ -50,10 +37,6 @@ def tile_resources(block: Block) -> dict:
 
 def synchronize(block: Block, machine, gm_alias: dict | None = None) -> None:
     """``gm_alias``: GM params that are views of another (pt.reshape scratch): one resource."""
-    from pypto_pro.language.errors import SyncError
-    from pypto_pro.language.events import allocate_events
-    from pypto_pro.language.sync import PipeSync, Seq
-
     res = tile_resources(block)
 
     def resources_of(ins: Instr) -> list:

@@ -13,6 +13,7 @@ import linecache
 import os
 from dataclasses import dataclass
 
+from pypto import errors
 from pypto.errors import PyptoError, SourceLoc, register_internal_root
 
 register_internal_root(os.path.dirname(__file__))   # pypto_pro frames are library frames
@@ -67,7 +68,7 @@ class MemoryPlanError(ProError):
     """A tile over its buffer's capacity, misaligned, or overlapping another live tile."""
 
 
-class SyncError(ProError):
+class SyncError(ProError, errors.SyncError):
     """Automatic synchronisation could not be built (e.g. more event ids than the machine has)."""
 
 
