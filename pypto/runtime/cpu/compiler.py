@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -23,6 +24,11 @@ INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 # Warnings are errors of the code generator: the test suite asserts a build prints none.
 CXX_FLAGS = ("-std=c++17", "-O3", "-march=native", "-mprefer-vector-width=512", "-fno-math-errno",
              "-ffp-contract=fast", "-fPIC", "-shared", "-pthread", "-Wall", "-Wextra", "-D__CPU_SIM")
+# Every set_flag / wait_flag reads the running core from thread-local storage; in a shared library
+# that is a __tls_get_addr call per access unless TLS descriptors are used (x86-64 defaults to the
+# older dialect; other targets use descriptors already).
+if platform.machine() in ("x86_64", "AMD64"):
+    CXX_FLAGS += ("-mtls-dialect=gnu2",)
 
 
 @dataclass

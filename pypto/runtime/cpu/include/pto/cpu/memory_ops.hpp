@@ -35,6 +35,10 @@ inline RecordEvent TLOAD(TD& dst, GT& src, Rest&...)
     const int64_t cs = src.GetStride(4);
     const D* g = src.data();
     D* t = dst.data();
+    if (cs == 1 && rs == int64_t(cols) && cols == size_t(TD::Cols)) {   // one contiguous block
+        std::memcpy(t, g, rows * cols * sizeof(D));
+        return {};
+    }
     for (size_t r = 0; r < rows; ++r) {
         const D* gr = g + int64_t(r) * rs;
         D* tr = t + r * TD::Cols;
@@ -60,6 +64,12 @@ inline RecordEvent TSTORE(GT& dst, TS& src, Rest&...)
     const int64_t cs = dst.GetStride(4);
     G* g = dst.data();
     const S* t = src.data();
+    if constexpr (std::is_same_v<G, S>) {
+        if (cs == 1 && rs == int64_t(cols) && cols == size_t(TS::Cols)) {   // one contiguous block
+            std::memcpy(g, t, rows * cols * sizeof(S));
+            return {};
+        }
+    }
     for (size_t r = 0; r < rows; ++r) {
         G* gr = g + int64_t(r) * rs;
         const S* tr = t + r * TS::Cols;
@@ -91,6 +101,10 @@ inline RecordEvent TMOV(TD& dst, TS& src, Rest&...)
         D* d = dst.data();
         const S* s = src.data();
         if (d == s && TD::Cols == TS::Cols) return {};
+        if (cols == size_t(TD::Cols) && cols == size_t(TS::Cols)) {
+            std::memmove(d, s, rows * cols * sizeof(D));
+            return {};
+        }
         for (size_t r = 0; r < rows; ++r) std::memmove(d + r * TD::Cols, s + r * TS::Cols, cols * sizeof(D));
     } else if constexpr (cpu::bulk_convertible<D, S>) {
         const size_t rows = dst.GetValidRow();
