@@ -21,6 +21,7 @@ from ..ir.isa import MemSpace
 from ..ir.tensor_graph import TensorGraph, ValueInfo
 from ..ir.tile_graph import GMTile, TileAxis, TileOp, TileParam, TileProgram, TileValue
 from . import storage as st
+from .iterspace import is_one as _is_one
 from .tile_choice import cube_tiles
 
 
@@ -128,8 +129,9 @@ def _build(name, a_acc, b_acc, a_desc, b_desc, a_info, b_info, out, out_acc, bat
             if v is None or j in (r_dim, c_dim):
                 continue
             # a batch dim of the operand: aligned to the right of the output's batch dims
+            # (a size-1 dim broadcast against a longer output batch dim stays at its one index)
             bj = j - (len(acc.vdims) - 2) + len(batch)
-            if 0 <= bj < len(batch):
+            if 0 <= bj < len(batch) and not (_is_one(info.shape[j]) and not _is_one(batch[bj])):
                 offs[v] = offs[v] + batch_axes[bj].index
         r_buf, c_buf = (nb - 1, nb - 2) if trans else (nb - 2, nb - 1)
         offs[r_buf] = offs[r_buf] + r_off

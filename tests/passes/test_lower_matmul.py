@@ -82,3 +82,10 @@ def test_cube_hint_sets_l0_tiles():
     (k,) = aic_kernels(eg)
     shapes = {t.name.split("_")[0]: t.shape for t in k.blocks[0].tiles}
     assert shapes["c0"] == (32, 64) and shapes["a0"] == (32, 32) and shapes["b0"] == (32, 64)
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((2, 16, 32), (1, 32, 16)), ((1, 16, 32), (2, 32, 16)),
+                                             ((3, 1, 16, 32), (1, 2, 32, 16)), ((2, 1, 1), (1, 1, 1))])
+def test_matmul_size1_batch_dim_broadcasts(a_shape, b_shape):
+    # a size-1 batch dim of an operand was indexed with the output's batch index (read outside the tensor)
+    sim_vs_reference(lambda a, b: a @ b, rand(a_shape, seed=17), rand(b_shape, seed=18), tol=MM_TOL[torch.float32])
