@@ -337,6 +337,8 @@ def _scan(b, n):
     kind = b.canon.kind(b.canon.axis_of[d.find()])
     out = b.g.info(n).dtype
     x = _tile(b, b.operand(n, 0), out)
+    r, c = b.presence[x]
+    x = expand(b, x, r or kind == "row", c or kind == "col")     # an input broadcast along the scanned dim
     dst = b.like(x, out, "v")
     b.emit("TROWCUMSUM" if kind == "col" else "TCOLCUMSUM", [dst, x])
     _result(b, n, dst)
@@ -354,6 +356,8 @@ def _reduce(b, n):
     acc_dt = F32 if (out.is_floating and seq) else out
     if op == "argmax":
         acc_dt = dtypes.int32
+    if op in ("sum", "prod"):        # an input broadcast along a reduced dim counts once per element
+        src = expand(b, src, b.presence[src][0] or "row" in kinds, b.presence[src][1] or "col" in kinds)
     r, c = b.presence[src]
     t = src
     if "col" in kinds and c:
