@@ -117,21 +117,21 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
     fq = pl.make_tile(pl.TileType([HALF, K], f32, Vec), addr=0x00000)
     fk = pl.make_tile(pl.TileType([HALF, K], f32, Vec), addr=0x04000)
     ft = pl.make_tile(pl.TileType([HALF, K], f32, Vec), addr=0x08000)
-    xd = pl.make_tile(pl.TileType([HALF, K], dt, Vec), addr=0x0C000)       # operand staging
-    xin = pl.make_tile(pl.TileType([HALF, K], io, Vec), addr=0x0E000)      # load staging (16-bit)
+    # staging of 16-bit stores, two slots so that a cast need not wait for the previous store to drain
+    xd_g = pl.make_tile_group(pl.TileType([HALF, K], dt, Vec), addrs=[0x0C000, 0x0E000], depth=2)
+    xin = pl.make_tile(pl.TileType([HALF, K], io, Vec), addr=0x18000)      # load staging (16-bit)
     kd = pl.make_tile(pl.TileType([K, VH], f32, Vec), addr=0x00000)       # over fq, fk (dead by then)
     sd = pl.make_tile(pl.TileType([K, VH], dt, Vec), addr=0x08000)        # over ft, xd
     s = pl.make_tile(pl.TileType([K, VH], f32, Vec), addr=0x10000)        # the state's columns, fp32
     cc = pl.TileType([HALF, C], f32, Vec)
-    gx = pl.make_tile(cc, addr=0x18000)
+    gx = pl.make_tile(cc, addr=0x1C000)                                    # shares aa's bytes (gates only)
     dec = pl.make_tile(cc, addr=0x1A000)
     aa = pl.make_tile(cc, addr=0x1C000)
     na = pl.make_tile(cc, addr=0x1E000)
     t1 = pl.make_tile(cc, addr=0x20000)
     gq = pl.make_tile(cc, addr=0x22000)
     zero = pl.make_tile(cc, addr=0x24000)
-    cinv = pl.make_tile(pl.TileType([HALF, C], inv, Vec), addr=0x26000)
-    cdt = pl.make_tile(pl.TileType([HALF, C], dt, Vec), addr=0x26000)        # shares cinv's bytes
+    cinv = pl.make_tile_group(pl.TileType([HALF, C], inv, Vec), addrs=[0x26000, 0x27000], depth=2)
     mk = pl.TileType([HALF, C], u8, Vec)
     m_causal = pl.make_tile(mk, addr=0x28000)
     m_strict = pl.make_tile(mk, addr=0x28800)
@@ -151,8 +151,8 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
     glc = pl.make_tile(col, addr=0x2CC00)
     egl = pl.make_tile(pl.TileType([K, 8], f32, Vec), addr=0x2E800)
 
-    FQ, FK, FT, XD, XIN = (fq.with_valid(HALF, K), fk.with_valid(HALF, K), ft.with_valid(HALF, K),
-                           xd.with_valid(HALF, K), xin.with_valid(HALF, K))
+    FQ, FK, FT, XIN = (fq.with_valid(HALF, K), fk.with_valid(HALF, K), ft.with_valid(HALF, K),
+                       xin.with_valid(HALF, K))
     CC = (HALF, C)
     COL = (HALF, 1)
 
@@ -281,29 +281,29 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
                 if l2norm:
                     normalize(FQ, FT, rq)
                 pl.muls(FQ, FQ, scale)
-                store_rows(p, C + r0, FQ, XD, cast_io)
+                store_rows(p, C + r0, FQ, xd_g, cast_io)
                 pl.row_expand_mul(FQ, FQ, eg)
-                store_rows(p, 2 * C + r0, FQ, XD, cast_io)
+                store_rows(p, 2 * C + r0, FQ, xd_g, cast_io)
                 # keys: kn, K~ = e^{G_last - G} kn, Rk = -beta e^G kn
                 load_rows(FK, XIN, k, b, t0 + r0, kh * K, c > r0, cv, K, cast_io)
                 if l2norm:
                     normalize(FK, FT, rq)
-                store_rows(p, r0, FK, XD, cast_io)
+                store_rows(p, r0, FK, xd_g, cast_io)
                 pl.row_expand_mul(FT, FK, eglg)
-                store_rows(p, 3 * C + r0, FT, XD, cast_io)
+                store_rows(p, 3 * C + r0, FT, xd_g, cast_io)
                 pl.row_expand_mul(FT, FK, nbeg)
-                store_rows(p, 5 * C + r0, FT, XD, cast_io)
+                store_rows(p, 5 * C + r0, FT, xd_g, cast_io)
                 # values: Rv = beta v
                 load_rows(FQ, XIN, v, b, t0 + r0, hv * V, c > r0, cv, V, cast_io)
                 pl.row_expand_mul(FQ, FQ, BC)
-                store_rows(p, 4 * C + r0, FQ, XD, cast_io)
+                store_rows(p, 4 * C + r0, FQ, xd_g, cast_io)
                 # A = beta KK^T * decay (strictly lower), attn = QK^T * decay
                 gw = ws_gram.next()
                 pl.load(aa, gw, [r0, 0])
                 pl.load(gq, gw, [C + r0, 0])
                 pl.mul(gq, gq, dec)
                 aw = ws_attn.next()
-                store_cc(aw, 0, r0, gq, cdt, cast_io)
+                store_cc(aw, 0, r0, gq, cinv, cast_io)
                 pl.mul(aa, aa, dec)
                 pl.row_expand_mul(aa, aa, BC)
                 pl.select(aa, m_strict, aa, zero)
@@ -348,18 +348,20 @@ def normalize(x, tmp, r):
     pl.row_expand_mul(x, x, r)
 
 
-def store_rows(ws, row, x, stage, cast_io):
+def store_rows(ws, row, x, stages, cast_io):
     if cast_io:
-        pl.cast(stage, x)
-        pl.store(ws, stage, [row, 0])
+        st = stages.next()
+        pl.cast(st, x)
+        pl.store(ws, st, [row, 0])
     else:
         pl.store(ws, x, [row, 0])
 
 
 def store_cc(ws, block, r0, x, stage, cast):
     if cast:
-        pl.cast(stage, x)
-        pl.store(ws, stage, [block + r0, 0])
+        st = stage.next()
+        pl.cast(st, x)
+        pl.store(ws, st, [block + r0, 0])
     else:
         pl.store(ws, x, [block + r0, 0])
 
