@@ -1,13 +1,14 @@
 """Gated DeltaNet (Qwen3-Next) benchmark: the pypto kernels against the machine's roofline and torch.
 
-    python benchmarks/bench_gdn.py [--quick] [--skip sim,cpu,compile]
+    python benchmarks/bench_gdn.py [--quick] [--skip sim,cpu,compile] [--tensor-lengths 1024]
 
 (a) chunk_gated_delta_rule, timing-only simulation of the a2a3 machine at B=1, T=8192 and 32768,
-    H=16, HV=32, K=V=128, bf16: simulated time vs the roofline bound, where
+    H=16, HV=32, K=V=128, bf16: simulated time vs the roofline bound, for the Professional-mode
+    kernel (impl="pro") and the Tensor-level kernels (impl="tensor", at T=1024 only: slow to simulate), where
         FLOPs = T * HV * (10 * C * K + 6 * K * V)        (C = chunk size; the algorithm's useful work)
         bytes = q, k, v, g, beta read + o written + final state written (once each)
         bound = max(FLOPs / cube peak (bf16), bytes / HBM bandwidth)
-(b) the cpu backend (generated C++) vs torch eager running the same chunked algorithm
+(b) the cpu backend (generated C++; pro and tensor impls) vs torch eager running the same chunked algorithm
     (reference.chunk_gated_delta_rule_ref) on this CPU at B=1, T=4096, H=4, HV=8, K=V=128, fp32.
 (c) compile time of the full-size layer (trace + lowering), prefill and decode.
 
@@ -28,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pypto  # noqa: E402
 from models.qwen3_next import Qwen3NextGatedDeltaNet, Qwen3NextGDNConfig  # noqa: E402
+from models.qwen3_next import pro_kernels  # noqa: E402
 from models.qwen3_next.functional import chunk_gated_delta_rule, kernel_function  # noqa: E402
 from models.qwen3_next.reference import chunk_gated_delta_rule_ref  # noqa: E402
 
@@ -57,37 +59,47 @@ def why(e: BaseException) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
-def bench_sim(lengths, C=64):
+def bench_sim(lengths, C=64, tensor_lengths=(1024,)):
+    """Both implementations of chunk_gated_delta_rule: the Professional-mode kernel (impl="pro",
+    pro_kernels.py: bf16 in/out, fp16 matmul operands, fp32 accumulation and state) at every T of
+    ``lengths``, and the Tensor-level kernels (impl="tensor", fp32 or bf16 matmul operands) at the
+    shorter ``tensor_lengths`` only: their simulation takes over ten minutes at T = 8192."""
     machine = pypto.load_machine("a2a3")
     table = Table(title="(a) chunk_gated_delta_rule, timing-only sim on a2a3 (B=1, H=16, HV=32, K=V=128, bf16 in/out)")
-    for col in ("T", "matmul operands", "GFLOP", "min MB", "roofline us", "bound by", "simulated us", "fraction",
-                "sim wall s"):
+    for col in ("impl", "T", "matmul operands", "GFLOP", "min MB", "roofline us", "bound by", "simulated us",
+                "fraction", "sim wall s"):
         table.add_column(col, justify="right")
     options = {"timing_only": True, "machine": "a2a3"}
-    fn = kernel_function("chunk", "sim", **options)
-    failure = None
-    for T in lengths:
+    runs = [("pro", T, None) for T in lengths] + \
+        [("tensor", T, cube) for T in tensor_lengths for cube in (None, pypto.bfloat16)]
+    failures = {}
+    for impl, T, cube_dtype in runs:
         flops, nbytes, bound_us, by = roofline(T, 16, 32, 128, 128, C, machine)
         q, k, v, g, beta = gdn_inputs(1, T, 16, 32, 128, 128, torch.bfloat16, random=False)
-        for cube_dtype in (None, pypto.bfloat16):
-            row = [str(T), "fp32" if cube_dtype is None else "bf16", f"{flops / 1e9:.1f}", f"{nbytes / 1e6:.0f}",
-                   f"{bound_us:.1f}", by]
-            if failure is None:
-                try:
-                    t0 = time.perf_counter()
-                    chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True, use_qk_l2norm_in_kernel=True,
-                                           chunk_size=C, backend="sim", cube_dtype=cube_dtype, jit_options=options)
-                    wall = time.perf_counter() - t0
-                    sim_us = fn.last_report.time_us
-                    row += [f"{sim_us:.1f}", f"{bound_us / sim_us:.4f}", f"{wall:.1f}"]
-                except Exception as e:  # noqa: BLE001 - the table says why
-                    failure = why(e)
-            if failure is not None:
-                row += ["unavailable", "-", "-"]
-            table.add_row(*row)
+        operands = "fp16" if impl == "pro" else ("fp32" if cube_dtype is None else "bf16")
+        row = [impl, str(T), operands, f"{flops / 1e9:.1f}", f"{nbytes / 1e6:.0f}", f"{bound_us:.1f}", by]
+        if impl not in failures:
+            try:
+                t0 = time.perf_counter()
+                chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True, use_qk_l2norm_in_kernel=True,
+                                       chunk_size=C, backend="sim", cube_dtype=cube_dtype, jit_options=options,
+                                       impl=impl)
+                wall = time.perf_counter() - t0
+                report = (pro_kernels.kernel("sim", **options) if impl == "pro"
+                          else kernel_function("chunk", "sim", **options)).last_report
+                sim_us = report.time_us
+                row += [f"{sim_us:.1f}", f"{bound_us / sim_us:.4f}", f"{wall:.1f}"]
+            except Exception as e:  # noqa: BLE001 - the table says why
+                failures[impl] = why(e)
+        if impl in failures:
+            row += ["unavailable", "-", "-"]
+        table.add_row(*row)
     console.print(table)
-    if failure is not None:
-        console.print(f"[yellow]sim timing-only run not available yet:[/yellow] {failure}")
+    if tensor_lengths and max(tensor_lengths) < max(lengths):
+        console.print(f"[yellow]the tensor impl is simulated at T = {', '.join(map(str, tensor_lengths))} only "
+                      f"(T = 8192 takes over ten minutes); compare fractions, not times[/yellow]")
+    for impl, text in failures.items():
+        console.print(f"[yellow]{impl}: sim timing-only run not available:[/yellow] {text}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -110,15 +122,17 @@ def bench_cpu(T=4096, H=4, HV=8, K=128, V=128, repeats=3):
 
     t_ref, (o_ref, S_ref) = best(lambda: chunk_gated_delta_rule_ref(q, k, v, g, beta, **args))
     table.add_row("torch eager (reference.chunk_gated_delta_rule_ref)", f"{t_ref:.3f}", "1.00", "-")
-    for backend in ("cpu", "reference"):
+    for backend, impl, name in (("cpu", "pro", "pypto cpu backend, pro kernel"),
+                                ("cpu", "tensor", "pypto cpu backend, Tensor-level kernels"),
+                                ("reference", "tensor", "pypto reference interpreter (info)")):
         try:
-            chunk_gated_delta_rule(q, k, v, g, beta, backend=backend, **args)          # compile (cached after)
-            t, (o, S) = best(lambda: chunk_gated_delta_rule(q, k, v, g, beta, backend=backend, **args))
+            run = lambda: chunk_gated_delta_rule(q, k, v, g, beta, backend=backend, impl=impl, **args)  # noqa: E731
+            run()                                                                      # compile (cached after)
+            t, (o, S) = best(run)
             err = max(_rel(o, o_ref), _rel(S, S_ref))
-            name = "pypto cpu backend" if backend == "cpu" else "pypto reference interpreter (info)"
             table.add_row(name, f"{t:.3f}", f"{t / t_ref:.2f}", f"{err:.1e}")
         except Exception as e:  # noqa: BLE001
-            table.add_row(f"pypto {backend} backend", "unavailable", "-", why(e))
+            table.add_row(name, "unavailable", "-", why(e))
     console.print(table)
 
 
@@ -180,10 +194,13 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="(a) at T=8192 only, (b) at T=1024")
     p.add_argument("--skip", default="", help="comma-separated parts to skip: sim, cpu, compile")
+    p.add_argument("--tensor-lengths", default="1024",
+                   help="(a): comma-separated T at which the Tensor-level kernels are simulated too ('' for none)")
     args = p.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     if "sim" not in skip:
-        bench_sim([8192] if args.quick else [8192, 32768])
+        tensor_lengths = tuple(int(t) for t in args.tensor_lengths.split(",") if t)
+        bench_sim([8192] if args.quick else [8192, 32768], tensor_lengths=tensor_lengths)
     if "cpu" not in skip:
         bench_cpu(T=1024 if args.quick else 4096)
     if "compile" not in skip:
