@@ -56,15 +56,17 @@ def _statement_mentions_launch(s) -> bool:
     return False
 
 
-def _grid_stride(loop: For) -> bool:
-    """start = block_idx * c and step = block_num * c for one positive integer c; stop free of both."""
+def _grid_stride(loop: For):
+    """(c, p) when start = block_idx * c and step = p * block_num * c (p > 1: a loop pipelined p
+    deep, whose body does the tiles t, t + c * block_num, ...) and stop is free of both; else None."""
     try:
         c = sympy.simplify(sympy.sympify(loop.start) / BLOCK_IDX)
-        c2 = sympy.simplify(sympy.sympify(loop.step) / BLOCK_NUM)
-    except (TypeError, ValueError, sympy.SympifyError):
-        return False
-    return (c.is_Integer and c > 0 and c == c2 and not _mentions_launch(loop.stop)
-            and not any(_statement_mentions_launch(x) for x in loop.body))
+        p = sympy.simplify(sympy.sympify(loop.step) / (c * BLOCK_NUM)) if c != 0 else None
+    except (TypeError, ValueError, ZeroDivisionError, sympy.SympifyError):
+        return None
+    if not (c.is_Integer and c > 0 and p is not None and p.is_Integer and p > 0) or _mentions_launch(loop.stop):
+        return None
+    return int(c), int(p)
 
 
 class _Ranges:
@@ -72,6 +74,7 @@ class _Ranges:
 
     def __init__(self, block):
         self.of = {t.name: (str(t.space), t.addr or 0, (t.addr or 0) + t.nbytes) for t in block.tiles}
+        self.valid = {t.name: t.valid for t in block.tiles}
 
     @staticmethod
     def covered(r, written) -> bool:
@@ -110,43 +113,94 @@ def _decide(cond, subst: dict):
     return bool(v) if v in (sympy.true, sympy.false) else None
 
 
-def _early_reads(body, ranges: _Ranges, written: set, subst: dict, reads_out: list, writes_out: list) -> set:
-    """Walk one iteration: collect reads not covered by ``written`` (ranges written so far this
-    iteration), every write, and return the ranges written for sure. An If decided by the
-    enclosing loops' first values takes its branch; otherwise both are walked and only what
-    both write counts as written. Inner loops are walked for their first iteration (their If
-    conditions decided with the start value) and again for the later ones."""
-    written = set(written)
-    for s in body:
-        if isinstance(s, Instr):
-            reads, w = _accesses(s, ranges)
-            reads_out.extend(r for r in reads if not ranges.covered(r, written))
-            if w is not None:
-                written.add(w)
-                writes_out.append(w)
-        elif isinstance(s, If):
-            choice = _decide(s.cond, subst)
-            if choice is True:
-                written = _early_reads(s.then_body, ranges, written, subst, reads_out, writes_out)
-            elif choice is False:
-                written = _early_reads(s.else_body, ranges, written, subst, reads_out, writes_out)
-            else:
-                a = _early_reads(s.then_body, ranges, written, subst, reads_out, writes_out)
-                b = _early_reads(s.else_body, ranges, written, subst, reads_out, writes_out)
-                written = a & b
-        elif isinstance(s, For):
-            first = _early_reads(s.body, ranges, written, {**subst, s.var: s.start}, reads_out, writes_out)
-            # later iterations: what the first wrote is there; If conditions undecided
-            later_subst = {k: v for k, v in subst.items() if k != s.var}
-            _early_reads(s.body, ranges, first, later_subst, reads_out, writes_out)
-            written = first       # the loop runs at least once (else its results are undefined)
-    return written
+class _Unprovable(Exception):
+    pass
+
+
+def _values(x):
+    """The scalar expressions inside an operand / attr value."""
+    if isinstance(x, sympy.Basic):
+        yield x
+    elif isinstance(x, GMRegion):
+        yield from _values(x.offsets)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _values(v)
+    elif isinstance(x, dict):
+        for v in x.values():
+            yield from _values(v)
+
+
+class _Iteration:
+    """One iteration of the grid loop ``for t in range(block_idx * c, n, p * block_num * c)``,
+    walked in program order. Each statement belongs to a *stage* j (the tile t + j * c *
+    block_num it works on) — read off its expressions, and off the data it reads — and a stage
+    may not read what another stage wrote (that would tie tiles to the core count). Reads of
+    ranges that the loop writes but this iteration has not written yet are carried state."""
+
+    def __init__(self, loop: For, c: int, p: int, ranges: _Ranges):
+        self.t, self.c, self.p, self.ranges = loop.var, c, p, ranges
+        self.carried = []               # reads not covered by this iteration's earlier writes
+        self.writes = []                # every range written in the loop
+        self.tags: dict = {}            # range -> stage of the data last written there
+
+    def stage_of(self, e):
+        if not _mentions_launch(e):
+            return 0 if self.t in getattr(e, "free_symbols", ()) else None
+        for j in range(1, self.p):
+            shifted = sympy.expand(sympy.sympify(e).subs(self.t, self.t - j * self.c * BLOCK_NUM))
+            if not _mentions_launch(shifted):
+                return j
+        raise _Unprovable
+
+    def stages(self, values) -> set:
+        return {j for j in (self.stage_of(v) for v in values) if j is not None}
+
+    def walk(self, body, written: set, subst: dict, outer: set) -> set:
+        written = set(written)
+        for s in body:
+            if isinstance(s, Instr):
+                reads, w = _accesses(s, self.ranges)
+                tiles = [o for o in s.operands if isinstance(o, str)]
+                stage = outer | self.stages(list(_values(s.operands)) + list(_values(s.attrs)) +
+                                            list(_values([self.ranges.valid.get(t) for t in tiles])))
+                stage |= {self.tags[r] for r in reads if r in self.tags and self.tags[r] is not None}
+                if len(stage) > 1:
+                    raise _Unprovable
+                self.carried.extend(r for r in reads if not self.ranges.covered(r, written))
+                if w is not None:
+                    written.add(w)
+                    self.writes.append(w)
+                    self.tags = {r: j for r, j in self.tags.items() if not self.ranges.overlaps(r, [w])}
+                    self.tags[w] = next(iter(stage), None)
+            elif isinstance(s, If):
+                inner = outer | self.stages(_values(s.cond))
+                choice = _decide(s.cond, subst)
+                if choice is True:
+                    written = self.walk(s.then_body, written, subst, inner)
+                elif choice is False:
+                    written = self.walk(s.else_body, written, subst, inner)
+                else:
+                    a = self.walk(s.then_body, written, subst, inner)
+                    b = self.walk(s.else_body, written, subst, inner)
+                    written = a & b
+            elif isinstance(s, For):
+                inner = outer | self.stages(_values((s.start, s.stop, s.step)))
+                first = self.walk(s.body, written, {**subst, s.var: s.start}, inner)
+                later = {k: v for k, v in subst.items() if k != s.var}
+                self.walk(s.body, first, later, inner)     # later iterations: the first's writes are there
+                written = first       # the loop runs at least once (else its results are undefined)
+            elif isinstance(s, (CrossCoreSetFlag, CrossCoreWaitFlag)):
+                raise _Unprovable
+        return written
 
 
 def block_count_free(kernel: Kernel) -> bool:
     if len(kernel.blocks) != 1:
         return False
     block = kernel.blocks[0]
+    if any(t.addr is None for t in block.tiles):
+        return False
     loads, stores = set(), set()
     for ins in block.instructions():
         for o in ins.operands:
@@ -156,25 +210,29 @@ def block_count_free(kernel: Kernel) -> bool:
             return False
     if loads & stores:
         return False
-    if any(_mentions_launch(t.valid) for t in block.tiles):
-        return False
     grid = [i for i, s in enumerate(block.body) if isinstance(s, For) and _mentions_launch((s.start, s.step))]
-    if len(grid) != 1 or not _grid_stride(block.body[grid[0]]):
+    if len(grid) != 1:
         return False
-    head, loop, tail = block.body[:grid[0]], block.body[grid[0]], block.body[grid[0] + 1:]
+    loop = block.body[grid[0]]
+    shape = _grid_stride(loop)
+    if shape is None:
+        return False
+    head, tail = block.body[:grid[0]], block.body[grid[0] + 1:]
     if not all(isinstance(s, _SYNC) for s in tail):
         return False
     for s in head:
         if isinstance(s, (CrossCoreSetFlag, CrossCoreWaitFlag)) or _statement_mentions_launch(s):
             return False
-    if any(isinstance(s, (CrossCoreSetFlag, CrossCoreWaitFlag)) for s in _walk(loop.body)):
-        return False
     ranges = _Ranges(block)
-    if any(t.addr is None for t in block.tiles):
+    head_tiles = {o for s in _walk(head) if isinstance(s, Instr) for o in s.operands if isinstance(o, str)}
+    if any(_mentions_launch(ranges.valid[t]) for t in head_tiles):
         return False
-    reads, writes = [], []
-    _early_reads(loop.body, ranges, set(), {}, reads, writes)
-    return not any(ranges.overlaps(r, writes) for r in reads)
+    iteration = _Iteration(loop, *shape, ranges)
+    try:
+        iteration.walk(loop.body, set(), {}, set())
+    except _Unprovable:
+        return False
+    return not any(ranges.overlaps(r, iteration.writes) for r in iteration.carried)
 
 
 def _walk(stmts):

@@ -3,15 +3,16 @@ and that doing so leaves results unchanged while kernels that depend on the core
 from __future__ import annotations
 
 import pytest
+import sympy
 import torch
 
 from pypto import dtypes
-from pypto.ir.block import (BLOCK_IDX, BLOCK_NUM, Block, CoreType, For, GMParam, GMRegion, Kernel, SetFlag,
+from pypto.ir.block import (BLOCK_IDX, BLOCK_NUM, Block, CoreType, For, GMParam, GMRegion, If, Kernel, SetFlag,
                             WaitFlag)
 from pypto.ir.isa import Pipe
 from pypto.runtime import cpu
 from pypto.runtime.cpu.block_count import block_count_free, cores_to_run
-from pypto.symbolic import index_symbol
+from pypto.symbolic import index_symbol, smin
 
 import cpu_kernels as ck
 
@@ -40,10 +41,36 @@ def running_sum(rows=8, cols=64, carried=True, param_out="y") -> Kernel:
     return Kernel(f"running_sum_{int(carried)}_{param_out}", [blk])
 
 
+def pipelined_scale(rows=8, cols=64, cross_stage=False) -> Kernel:
+    """y = 2 * x in grid-stride row tiles, two tiles per iteration (t and t + block_num * rows,
+    the form a pipeline=2 loop takes). ``cross_stage``: the second tile adds the first one's
+    result, which ties the output to the core count."""
+    b = ck.Builder()
+    t = index_symbol("t")
+    second = t + BLOCK_NUM * rows
+    for k, row in enumerate((t, second)):
+        b.tile(f"x{k}", UB, F32, (rows, cols), (smin(rows, M - row), cols))
+
+    def stage(k, row):
+        out = [b("TLOAD", f"x{k}", GMRegion("x", (row, 0))), SetFlag(Pipe.MTE2, Pipe.V, k),
+               WaitFlag(Pipe.MTE2, Pipe.V, k), b("TMULS", f"x{k}", f"x{k}", 2.0)]
+        if cross_stage and k == 1:
+            out.append(b("TADD", "x1", "x1", "x0"))
+        return out + [SetFlag(Pipe.V, Pipe.MTE3, k), WaitFlag(Pipe.V, Pipe.MTE3, k),
+                      b("TSTORE", GMRegion("y", (row, 0)), f"x{k}"),
+                      SetFlag(Pipe.MTE3, Pipe.MTE2, k), WaitFlag(Pipe.MTE3, Pipe.MTE2, k)]
+    body = stage(0, t) + [If(sympy.Lt(second, M), stage(1, second))]
+    gm = [GMParam("x", F32, (M, cols)), GMParam("y", F32, (M, cols))]
+    loop = For(t, BLOCK_IDX * rows, M, 2 * BLOCK_NUM * rows, body, {"pipeline": 2})
+    blk = Block("pipelined_scale", CoreType.AIV, gm, [], list(b.tiles.values()), [loop])
+    return Kernel(f"pipelined_scale_{int(cross_stage)}", [blk])
+
+
 def test_grid_stride_kernels_are_block_count_free():
     assert block_count_free(ck.softmax_rows(F32))
     assert block_count_free(ck.rms_norm(BF16))        # prologue load of w, read in the loop
     assert block_count_free(running_sum(carried=False))
+    assert block_count_free(pipelined_scale())
     assert cores_to_run(ck.softmax_rows(F32), 48, threads=2) == 8
     assert cores_to_run(ck.softmax_rows(F32), 6, threads=2) == 6
 
@@ -54,7 +81,8 @@ def test_grid_stride_kernels_are_block_count_free():
     ck.matmul_relu(F32),                # cube + vector cluster
     running_sum(carried=True),          # a tile carried from one iteration to the next
     running_sum(carried=False, param_out="x"),   # loads and stores the same GM tensor
-], ids=["contiguous-runs", "block-offsets", "cluster", "carried-tile", "gm-read-write"])
+    pipelined_scale(cross_stage=True),  # the second tile of an iteration reads the first's
+], ids=["contiguous-runs", "block-offsets", "cluster", "carried-tile", "gm-read-write", "cross-stage"])
 def test_kernels_that_depend_on_the_core_count_keep_it(kernel):
     assert not block_count_free(kernel)
     assert cores_to_run(kernel, 48, threads=2) == 48
@@ -76,6 +104,28 @@ def test_fewer_cores_change_no_result():
     y = torch.empty_like(x)
     cpu.run_kernel(ck.softmax_rows(F32), {"x": x, "y": y}, block_dim=48, threads=2)
     assert torch.equal(y, _one_core_softmax(x))
+
+
+def test_pipelined_kernels_on_fewer_cores():
+    torch.manual_seed(2)
+    x = torch.randn(8 * 61 + 3, 64)
+    y = torch.full_like(x, float("nan"))
+    cpu.run_kernel(pipelined_scale(), {"x": x, "y": y}, block_dim=48, threads=2)
+    assert torch.equal(y, x * 2)
+    y = torch.full_like(x, float("nan"))
+    cpu.run_kernel(pipelined_scale(cross_stage=True), {"x": x, "y": y}, block_dim=48, threads=2)
+    want = x * 2
+    for t in range(0, x.shape[0], 8 * 96):            # rows t + 8 * 48 add the tile 48 row tiles earlier
+        lo = t + 8 * 48
+        hi = min(lo + 8, x.shape[0])
+        if lo < x.shape[0]:
+            want[lo:hi] += x[t:t + hi - lo] * 2
+    for core in range(1, 48):
+        for t in range(core * 8, x.shape[0], 8 * 96):
+            lo, hi = t + 8 * 48, min(t + 8 * 49, x.shape[0])
+            if lo < x.shape[0]:
+                want[lo:hi] += x[t:t + hi - lo] * 2
+    torch.testing.assert_close(y, want)
 
 
 def _one_core_softmax(x):
