@@ -70,7 +70,7 @@ def bench_sim(lengths, C=64, tensor_lengths=(1024,)):
                 "fraction", "sim wall s"):
         table.add_column(col, justify="right")
     options = {"timing_only": True, "machine": "a2a3"}
-    runs = [("pro", T, None) for T in lengths] + \
+    runs = [("pro", T, None) for T in sorted(set(lengths) | set(tensor_lengths))] + \
         [("tensor", T, cube) for T in tensor_lengths for cube in (None, pypto.bfloat16)]
     failures = {}
     for impl, T, cube_dtype in runs:
