@@ -6,26 +6,31 @@ its chunks of C tokens in order; the state S [K, V] stays on the vector cores in
 
   vector (each core C/2 of the chunk's rows; tails zero-padded, which leaves the state unchanged):
       G = in-chunk cumsum of g; decay[i, j] = exp(G_i - G_j) for j <= i (masked to -1e30 BEFORE exp);
-      q, k l2-normalised (optional), q scaled; the operands the cube needs, cast to the matmul dtype:
+      q, k l2-normalised (optional), q scaled; the operands the cube needs, in the matmul dtype:
       kn, qn, Qg = e^G qn, K~ = e^{G_last - G} kn, Rv = beta v, Rk = -beta e^G kn  -> GM workspace
   cube:   KK^T and QK^T of the normalised keys/queries (fp32 accumulation) -> workspace
   vector: A = beta KK^T * decay (strictly lower), attn = QK^T * decay; the pieces of the blocked
           inverse: X1 = I - A*M_1 and E_b = -A*M_b for b = 2, 4, ..., C/2 (M_b: the lower-left b x b
           blocks of each 2b x 2b diagonal block) -> workspace
-  cube:   (I + A)^-1 by recursive block merging, X <- X + (X E_b) X (see kernels.unit_lower_inverse
-          for why not a power series); fp32 operands in fp32 mode, fp16 when the inputs are 16-bit
-          (fp16 keeps 3 more mantissa bits than bf16 here; T is then rounded to the input dtype);
-          U = T Rv and -W = T Rk accumulate in L0C, D = U - W S in the same accumulator;
+  cube:   (I + A)^-1 by recursive block merging, X <- X I + (X E_b) X (see kernels.unit_lower_inverse
+          for why not a power series), the merge products carried L0C -> L1 (FIX) between levels;
+          U = T Rv and -W = T Rk into L0C, D = U - W S accumulated onto U;
           O = Qg S + attn D (L0C, stored straight to o), K~^T D -> workspace
   vector: S <- e^{G_last} S + K~^T D (fp32), cast, -> workspace for the next chunk's W S and Qg S.
 
-Cube <-> vector exchanges go through GM workspace slots (a2a3 has no L0C->UB / UB->L1 path); L0C ->
-L1 (FIX) carries the merge products and D back into the cube's operands. The pl compiler inserts the
-pipe and cross-core synchronisation.
+Matmul operands: fp32 for fp32 inputs (every product in fp32: the 1e-5 tolerance); for 16-bit inputs
+fp16 by default (``operand_dtype``; 3 more mantissa bits than bf16: about 1.3e-3 relative RMS error at
+the bf16 test sizes against 4.4e-3 with bf16 operands; fp16's range, 65504, bounds the normalised
+keys / queries trivially and v, D and S in practice), always with fp32 accumulation and an fp32 state.
 
-Supported by this path (``supports``): K == V <= 128, chunk size a power of two in 8..64, q/k/v of one
-dtype (fp32, bf16 or fp16). ``functional.chunk_gated_delta_rule`` falls back to the Tensor-level
-kernels otherwise.
+Cube <-> vector exchanges go through GM workspace slots (a2a3 has no L0C->UB / UB->L1 path); the pl
+compiler inserts the pipe and cross-core synchronisation. The chunks run one after the other (no
+software pipelining across chunks yet): each chunk is a chain of four cube <-> vector hand-overs, so
+the kernel is latency bound (see benchmarks/bench_gdn.py).
+
+Supported by this path (``supports``): K == V, a multiple of 16 up to 128, chunk size a power of two in
+8..64, q/k/v of one dtype (fp32, bf16 or fp16). ``functional.chunk_gated_delta_rule`` falls back to
+the Tensor-level kernels otherwise.
 """
 
 import math
