@@ -18,6 +18,57 @@ inline void check_box(const GT& gm, size_t rows, size_t cols, const char* what)
     }
 }
 
+typedef uint32_t u32x8 __attribute__((vector_size(32)));
+typedef int32_t i32x8 __attribute__((vector_size(32)));
+
+// dst[j][i] = src[i][j] for an 8 x 8 block of 4-byte elements (rows at strides src_ld / dst_ld),
+// in registers: three rounds of two-input shuffles.
+template <class T>
+inline void transpose8x8(const T* src, size_t src_ld, T* dst, size_t dst_ld)
+{
+    static_assert(sizeof(T) == 4, "transpose8x8 moves 4-byte elements");
+    u32x8 r[8], t[8], u[8];
+    for (int i = 0; i < 8; ++i) std::memcpy(&r[i], src + i * src_ld, sizeof(u32x8));
+    const i32x8 lo1 = {0, 8, 1, 9, 4, 12, 5, 13}, hi1 = {2, 10, 3, 11, 6, 14, 7, 15};
+    const i32x8 lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
+    const i32x8 lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = __builtin_shuffle(r[i], r[i + 1], lo1);
+        t[i + 1] = __builtin_shuffle(r[i], r[i + 1], hi1);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = __builtin_shuffle(t[i], t[i + 2], lo2);
+        u[i + 1] = __builtin_shuffle(t[i], t[i + 2], hi2);
+        u[i + 2] = __builtin_shuffle(t[i + 1], t[i + 3], lo2);
+        u[i + 3] = __builtin_shuffle(t[i + 1], t[i + 3], hi2);
+    }
+    for (int i = 0; i < 4; ++i) {
+        const u32x8 a = __builtin_shuffle(u[i], u[i + 4], lo4);
+        const u32x8 b = __builtin_shuffle(u[i], u[i + 4], hi4);
+        std::memcpy(dst + i * dst_ld, &a, sizeof a);
+        std::memcpy(dst + (i + 4) * dst_ld, &b, sizeof b);
+    }
+}
+
+// dst(r, c) = src(c, r) for r < rows, c < cols: element (i, j) of src at src[i * src_ld + j].
+// 4-byte types go through 8 x 8 register blocks; the rest and the edges element by element.
+template <class T>
+inline void transpose_copy(const T* src, size_t src_ld, T* dst, size_t dst_ld, size_t rows, size_t cols)
+{
+    size_t r0 = 0, c0 = 0;
+    if constexpr (sizeof(T) == 4) {
+        const size_t r8 = rows / 8 * 8, c8 = cols / 8 * 8;
+        for (size_t c = 0; c < c8; c += 8)
+            for (size_t r = 0; r < r8; r += 8) transpose8x8(src + c * src_ld + r, src_ld, dst + r * dst_ld + c, dst_ld);
+        r0 = r8;
+        c0 = c8;
+        for (size_t r = 0; r < r8; ++r)           // right edge of the full-row blocks
+            for (size_t c = c0; c < cols; ++c) dst[r * dst_ld + c] = src[c * src_ld + r];
+    }
+    for (size_t r = r0; r < rows; ++r)
+        for (size_t c = 0; c < cols; ++c) dst[r * dst_ld + c] = src[c * src_ld + r];
+}
+
 }  // namespace pto::cpu
 
 namespace pto {
@@ -37,6 +88,10 @@ inline RecordEvent TLOAD(TD& dst, GT& src, Rest&...)
     D* t = dst.data();
     if (cs == 1 && rs == int64_t(cols) && cols == size_t(TD::Cols)) {   // one contiguous block
         std::memcpy(t, g, rows * cols * sizeof(D));
+        return {};
+    }
+    if (rs == 1 && cs > 0) {      // a transposed box: GM rows become tile columns
+        cpu::transpose_copy(g, size_t(cs), t, size_t(TD::Cols), rows, cols);
         return {};
     }
     for (size_t r = 0; r < rows; ++r) {
@@ -127,6 +182,10 @@ inline RecordEvent TTRANS(TD& dst, TS& src, Rest&...)
     const auto* s = src.data();
     if (static_cast<const void*>(d) == static_cast<const void*>(s)) {
         pypto::fail("TTRANS: the destination tile must not be the source tile");
+    }
+    if constexpr (std::is_same_v<D, std::remove_cv_t<std::remove_reference_t<decltype(*s)>>>) {
+        cpu::transpose_copy(s, size_t(TS::Cols), d, size_t(TD::Cols), rows, cols);
+        return {};
     }
     constexpr size_t kBlock = 32;
     for (size_t r0 = 0; r0 < rows; r0 += kBlock)
