@@ -259,9 +259,10 @@ def _free_cached(kernel: Kernel) -> bool:
     return free
 
 
-def cores_to_run(kernel: Kernel | None, block_dim: int, threads: int, per_thread: int = 4) -> int:
-    """How many cores the cpu backend runs a launch of ``block_dim`` cores on: a few per host
-    thread when the kernel is block-count free (enough to balance the threads), else all."""
+def cores_to_run(kernel: Kernel | None, block_dim: int, threads: int, per_thread: int = 2) -> int:
+    """How many cores the cpu backend runs a launch of ``block_dim`` cores on: two per host
+    thread when the kernel is block-count free (some balancing between threads; each core's
+    tiles stay a few tiles apart: at 8 cores, 512-byte tiles already ran 2x slower), else all."""
     target = max(1, threads) * per_thread
     if kernel is None or block_dim <= target or not _free_cached(kernel):
         return block_dim
