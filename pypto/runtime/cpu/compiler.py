@@ -27,8 +27,9 @@ CXX_FLAGS = ("-std=c++17", "-O3", "-march=native", "-mprefer-vector-width=512", 
 # Every set_flag / wait_flag reads the running core from thread-local storage; in a shared library
 # that is a __tls_get_addr call per access unless TLS descriptors are used (x86-64 defaults to the
 # older dialect; other targets use descriptors already).
+_GCC_ONLY = ("-mtls-dialect=gnu2",)
 if platform.machine() in ("x86_64", "AMD64"):
-    CXX_FLAGS += ("-mtls-dialect=gnu2",)
+    CXX_FLAGS += _GCC_ONLY
 
 
 @dataclass
@@ -110,6 +111,8 @@ def build_key(files: dict[str, str], flags=CXX_FLAGS, include_dirs=(INCLUDE_DIR,
 def build(files: dict[str, str], entry: str = "launcher_cpu.cpp", flags=CXX_FLAGS,
           include_dirs=(INCLUDE_DIR,)) -> BuildResult:
     """Compile ``entry`` of ``files`` (relative path -> text) into a cached shared library."""
+    if "Free Software Foundation" not in _compiler_identity(compiler()):     # PYPTO_CXX=clang++...
+        flags = tuple(f for f in flags if f not in _GCC_ONLY)
     key = build_key(files, flags, include_dirs)
     final = cache_root() / key
     library = final / "lib.so"
