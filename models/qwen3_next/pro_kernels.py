@@ -76,22 +76,24 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
     ws_kd = pl.make_tile_group(pl.TileType([K, V], f32, GM), depth=1)          # K~^T D
 
     # ---- cube buffers (addresses planned for C = 64, K = V = 128, 4-byte operands)
-    l_kn = pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x00000)
-    l_knT = pl.make_tile(pl.TileType([K, C], dt, Mat), addr=0x08000)
-    l_qn = pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x00000)
-    l_x = pl.make_tile(pl.TileType([C, C], inv, Mat), addr=0x10000)
-    l_e = pl.make_tile(pl.TileType([C, C], inv, Mat), addr=0x14000)
-    l_p = pl.make_tile(pl.TileType([C, C], inv, Mat), addr=0x18000)
-    l_eye = pl.make_tile(pl.TileType([C, C], inv, Mat), addr=0x1C000)
-    l_t = pl.make_tile(pl.TileType([C, C], dt, Mat), addr=0x20000)
-    l_rv = pl.make_tile(pl.TileType([C, V], dt, Mat), addr=0x24000)
-    l_rk = pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x24000)
-    l_w = pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x2C000)
-    l_s = pl.make_tile(pl.TileType([K, V], dt, Mat), addr=0x34000)
-    l_qg = pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x00000)
-    l_d = pl.make_tile(pl.TileType([C, V], dt, Mat), addr=0x44000)
-    l_attn = pl.make_tile(pl.TileType([C, C], dt, Mat), addr=0x14000)
-    l_kt = pl.make_tile(pl.TileType([K, C], dt, Mat), addr=0x08000)
+    # L1: the Gram / merge phase's tiles, then (dead by then) the state phase's over them; the next
+    # chunk's operands are loaded during its Gram phase into double-buffered groups
+    l_eye = pl.make_tile(pl.TileType([C, C], inv, Mat), addr=0x00000)
+    l_t = pl.make_tile(pl.TileType([C, C], dt, Mat), addr=0x04000)
+    l_x = pl.make_tile(pl.TileType([C, C], inv, Mat), addr=0x08000)
+    l_e = pl.make_tile(pl.TileType([C, C], inv, Mat), addr=0x0C000)
+    l_p = pl.make_tile(pl.TileType([C, C], inv, Mat), addr=0x10000)
+    l_kn = pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x14000)
+    l_qn = pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x14000)
+    l_knT = pl.make_tile(pl.TileType([K, C], dt, Mat), addr=0x1C000)
+    l_s = pl.make_tile(pl.TileType([K, V], dt, Mat), addr=0x08000)
+    l_w = pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x18000)
+    l_d = pl.make_tile(pl.TileType([C, V], dt, Mat), addr=0x20000)
+    l_attn = pl.make_tile(pl.TileType([C, C], dt, Mat), addr=0x28000)
+    qg_g = pl.make_tile_group(pl.TileType([C, K], dt, Mat), addrs=0x2C000, depth=2)
+    kt_g = pl.make_tile_group(pl.TileType([K, C], dt, Mat), addrs=0x3C000, depth=2)
+    rv_g = pl.make_tile_group(pl.TileType([C, V], dt, Mat), addrs=0x4C000, depth=2)
+    rk_g = pl.make_tile_group(pl.TileType([C, K], dt, Mat), addrs=0x5C000, depth=2)
     a_eye = pl.make_tile(pl.TileType([C, C], inv, Left), addr=0xC000)          # resident
     a_kn = pl.make_tile(pl.TileType([C, K], dt, Left), addr=0x0000)
     a_qn = pl.make_tile(pl.TileType([C, K], dt, Left), addr=0x0000)
@@ -155,34 +157,100 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
     gl = pl.make_tile(pl.TileType([1, 8], f32, Vec), addr=0x2CA00)
     glc = pl.make_tile(col, addr=0x2CC00)
     egl = pl.make_tile(pl.TileType([K, 8], f32, Vec), addr=0x2E800)
+    gl3 = pl.make_tile(pl.TileType([1, 8], f32, Vec), addr=0x2CB40)
+    g_row3 = pl.make_tile(rowt, addr=0x2FC00)           # the state update's own copy of the gates
 
     FQ, FK, FT, XIN = (fq.with_valid(HALF, K), fk.with_valid(HALF, K), ft.with_valid(HALF, K),
                        xin.with_valid(HALF, K))
     CC = (HALF, C)
     COL = (HALF, 1)
 
+    NC = pl.ceil_div(length, C)
+
+    def gram(pa):
+        """KK^T and QK^T of the normalised keys / queries of the chunk in workspace slot pa (-> vectors);
+        the chunk's other operands into L1 for its state phase."""
+        pl.load(l_kn, pa, [0, 0])
+        pl.load(l_knT, pa, [0, 0], trans=True)
+        pl.move(a_kn, l_kn)
+        pl.move(b_knT, l_knT)
+        pl.matmul(c_g1, a_kn, b_knT)
+        pl.load(l_qn, pa, [C, 0])
+        pl.move(a_qn, l_qn)
+        pl.matmul(c_g2, a_qn, b_knT)
+        gw = ws_gram.next()
+        pl.store(gw, c_g1, [0, 0])
+        pl.store(gw, c_g2, [C, 0])
+        pl.load(qg_g.next(), pa, [2 * C, 0])
+        pl.load(kt_g.next(), pa, [3 * C, 0], trans=True)
+        pl.load(rv_g.next(), pa, [4 * C, 0])
+        pl.load(rk_g.next(), pa, [5 * C, 0])
+
+    def gates(b, hv, t0, c):
+        """g of the chunk as a zero-padded row, its in-chunk cumsum, G_last, G_i of the own rows, decay."""
+        pl.fill(g_row, 0.0)
+        pl.load(g_row, gT, [b, hv, t0], valid_shape=[1, c])
+        GR = g_row.with_valid(1, C)
+        pl.row_cumsum(G_row, GR)
+        pl.row_sum(gl, GR)
+        pl.col_expand(gx, G_row)
+        pl.select(t1, m_eye, gx, zero)
+        pl.row_sum(gc, t1)
+        pl.row_expand_sub(t1, gx, gc)
+        pl.muls(t1, t1, -1.0)
+        pl.fill(dec, NEG)
+        pl.select(dec, m_causal, t1, dec)
+        pl.exp(dec, dec)
+
+    def prepare(b, hv, kh, t0, c, cv, r0):
+        """Stage the chunk's operands for the cube (own rows): kn, qn, Qg, K~, Rv, Rk."""
+        gates(b, hv, t0, c)
+        pl.exp(eg, gc)
+        pl.col_expand(glc.with_valid(HALF, 1), gl)
+        pl.sub(eglg, glc.with_valid(HALF, 1), gc)
+        pl.exp(eglg, eglg)
+        pl.fill(bc, 0.0)
+        if c > r0:
+            pl.load(bc, beta, [b, t0 + r0, hv], valid_shape=[cv, 1])
+        pl.mul(nbeg, bc.with_valid(HALF, 1), eg)
+        pl.muls(nbeg, nbeg, -1.0)
+        p = ws_prep.next()
+        # queries: qn = scale * q / |q|, Qg = e^G qn
+        load_rows(FQ, XIN, q, b, t0 + r0, kh * K, c > r0, cv, K, cast_io)
+        if l2norm:
+            normalize(FQ, FT, rq)
+        pl.muls(FQ, FQ, scale)
+        store_rows(p, C + r0, FQ, xd_g, cast_io)
+        pl.row_expand_mul(FQ, FQ, eg)
+        store_rows(p, 2 * C + r0, FQ, xd_g, cast_io)
+        # keys: kn, K~ = e^{G_last - G} kn, Rk = -beta e^G kn
+        load_rows(FK, XIN, k, b, t0 + r0, kh * K, c > r0, cv, K, cast_io)
+        if l2norm:
+            normalize(FK, FT, rq)
+        store_rows(p, r0, FK, xd_g, cast_io)
+        pl.row_expand_mul(FT, FK, eglg)
+        store_rows(p, 3 * C + r0, FT, xd_g, cast_io)
+        pl.row_expand_mul(FT, FK, nbeg)
+        store_rows(p, 5 * C + r0, FT, xd_g, cast_io)
+        # values: Rv = beta v
+        load_rows(FQ, XIN, v, b, t0 + r0, hv * V, c > r0, cv, V, cast_io)
+        pl.row_expand_mul(FQ, FQ, bc.with_valid(HALF, 1))
+        store_rows(p, 4 * C + r0, FQ, xd_g, cast_io)
+
+    # Chunks are software pipelined by hand: the vectors stage chunk i+1's operands (and the cube
+    # computes its Gram matrices) while chunk i's inverse and state update run. Before the loop chunk 0
+    # is staged; iteration i stages chunk min(i+1, NC-1) (the last iteration repeats the last chunk so
+    # that every workspace slot written is read: the cube's and the vectors' slot sequences stay equal).
     with pl.section_cube():
         pl.load(l_eye, eye, [0, 0])
         pl.move(a_eye, l_eye)
         for task in pl.range(pl.get_block_idx(), B * HV, pl.get_block_num()):
             b = task // HV
             hv = task % HV
-            for i in pl.range(0, pl.ceil_div(length, C)):
+            gram(ws_prep.next())
+            for i in pl.range(0, NC):
                 t0 = start + i * C
                 c = pl.min(C, length - i * C)
-                p = ws_prep.next()
-                # Gram matrices of the normalised keys / queries
-                pl.load(l_kn, p, [0, 0])
-                pl.load(l_knT, p, [0, 0], trans=True)
-                pl.move(a_kn, l_kn)
-                pl.move(b_knT, l_knT)
-                pl.matmul(c_g1, a_kn, b_knT)
-                pl.load(l_qn, p, [C, 0])
-                pl.move(a_qn, l_qn)
-                pl.matmul(c_g2, a_qn, b_knT)
-                gw = ws_gram.next()
-                pl.store(gw, c_g1, [0, 0])
-                pl.store(gw, c_g2, [C, 0])
                 # (I + A)^-1 by block merging: X <- X + (X E_b) X
                 e = ws_e.next()
                 pl.load(l_x, e, [0, 0])
@@ -200,13 +268,12 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
                         pl.move(l_x, c_x)
                     else:
                         pl.move(l_t, c_x)
+                gram(ws_prep.next())                # the next chunk's (overlaps the vectors' inverse pieces)
                 pl.move(a_t, l_t)
                 # U = T Rv (into the D accumulator) and -W = T Rk
-                pl.load(l_rv, p, [4 * C, 0])
-                pl.move(b_rv, l_rv)
+                pl.move(b_rv, rv_g.previous())
                 pl.matmul(c_d, a_t, b_rv)
-                pl.load(l_rk, p, [5 * C, 0])
-                pl.move(b_rk, l_rk)
+                pl.move(b_rk, rk_g.previous())
                 pl.matmul(c_w, a_t, b_rk)
                 pl.move(l_w, c_w)
                 pl.move(a_w, l_w)
@@ -215,8 +282,7 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
                 pl.load(l_s, sw, [0, 0])
                 pl.move(b_s, l_s)
                 pl.matmul_acc(c_d, a_w, b_s)
-                pl.load(l_qg, p, [2 * C, 0])
-                pl.move(a_qg, l_qg)
+                pl.move(a_qg, qg_g.previous())
                 pl.matmul(c_o, a_qg, b_s)
                 pl.move(l_d, c_d)
                 pl.move(b_d, l_d)
@@ -224,11 +290,15 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
                 pl.load(l_attn, aw, [0, 0])
                 pl.move(a_attn, l_attn)
                 pl.matmul_acc(c_o, a_attn, b_d)
-                pl.load(l_kt, p, [3 * C, 0], trans=True)
-                pl.move(a_kt, l_kt)
+                pl.move(a_kt, kt_g.previous())
                 pl.matmul(c_kd, a_kt, b_d)
                 pl.store(o, c_o, [b, t0, hv * V], valid_shape=[c, V])
                 pl.store(ws_kd.next(), c_kd, [0, 0])
+            # (each task then advances the double-buffered groups by an even count: no unrolling of the task loop)
+            qg_g.next()
+            kt_g.next()
+            rv_g.next()
+            rk_g.next()
 
     with pl.section_vector():
         sub = pl.get_subblock_idx()
@@ -246,62 +316,17 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
             kh = hv // R
             srow = ((n0 + b) * HV + hv) * K
             pl.load(s, state, [srow, c0])
-            for i in pl.range(0, pl.ceil_div(length, C)):
+            c_first = pl.min(C, length)
+            prepare(b, hv, kh, start, c_first, pl.max(1, pl.min(HALF, c_first - r0)), r0)
+            for i in pl.range(0, NC):
                 t0 = start + i * C
                 c = pl.min(C, length - i * C)
-                cv = pl.min(HALF, c - r0)
                 # the state at the chunk's start, in the operand dtype, for the cube
                 if cast_io:
                     pl.cast(sd, s)
                     pl.store(ws_s.next(), sd, [0, c0])
                 else:
                     pl.store(ws_s.next(), s, [0, c0])
-                # gates: G (row, whole chunk), G_i (column, own rows), G_last, decay
-                pl.fill(g_row, 0.0)
-                pl.load(g_row, gT, [b, hv, t0], valid_shape=[1, c])
-                GR = g_row.with_valid(1, C)
-                pl.row_cumsum(G_row, GR)
-                pl.row_sum(gl, GR)
-                pl.col_expand(gx, G_row)
-                pl.select(t1, m_eye, gx, zero)
-                pl.row_sum(gc, t1)
-                pl.row_expand_sub(t1, gx, gc)
-                pl.muls(t1, t1, -1.0)
-                pl.fill(dec, NEG)
-                pl.select(dec, m_causal, t1, dec)
-                pl.exp(dec, dec)
-                pl.exp(eg, gc)
-                pl.col_expand(glc.with_valid(HALF, 1), gl)
-                pl.sub(eglg, glc.with_valid(HALF, 1), gc)
-                pl.exp(eglg, eglg)
-                pl.fill(bc, 0.0)
-                if c > r0:
-                    pl.load(bc, beta, [b, t0 + r0, hv], valid_shape=[cv, 1])
-                BC = bc.with_valid(HALF, 1)
-                pl.mul(nbeg, BC, eg)
-                pl.muls(nbeg, nbeg, -1.0)
-                p = ws_prep.next()
-                # queries: qn = scale * q / |q|, Qg = e^G qn
-                load_rows(FQ, XIN, q, b, t0 + r0, kh * K, c > r0, cv, K, cast_io)
-                if l2norm:
-                    normalize(FQ, FT, rq)
-                pl.muls(FQ, FQ, scale)
-                store_rows(p, C + r0, FQ, xd_g, cast_io)
-                pl.row_expand_mul(FQ, FQ, eg)
-                store_rows(p, 2 * C + r0, FQ, xd_g, cast_io)
-                # keys: kn, K~ = e^{G_last - G} kn, Rk = -beta e^G kn
-                load_rows(FK, XIN, k, b, t0 + r0, kh * K, c > r0, cv, K, cast_io)
-                if l2norm:
-                    normalize(FK, FT, rq)
-                store_rows(p, r0, FK, xd_g, cast_io)
-                pl.row_expand_mul(FT, FK, eglg)
-                store_rows(p, 3 * C + r0, FT, xd_g, cast_io)
-                pl.row_expand_mul(FT, FK, nbeg)
-                store_rows(p, 5 * C + r0, FT, xd_g, cast_io)
-                # values: Rv = beta v
-                load_rows(FQ, XIN, v, b, t0 + r0, hv * V, c > r0, cv, V, cast_io)
-                pl.row_expand_mul(FQ, FQ, BC)
-                store_rows(p, 4 * C + r0, FQ, xd_g, cast_io)
                 # A = beta KK^T * decay (strictly lower), attn = QK^T * decay
                 gw = ws_gram.next()
                 pl.load(aa, gw, [r0, 0])
@@ -310,24 +335,32 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
                 aw = ws_attn.next()
                 store_cc(aw, 0, r0, gq, cinv, cast_io)
                 pl.mul(aa, aa, dec)
-                pl.row_expand_mul(aa, aa, BC)
+                pl.row_expand_mul(aa, aa, bc.with_valid(HALF, 1))
                 pl.select(aa, m_strict, aa, zero)
                 pl.muls(na, aa, -1.0)
                 # X1 = I - A*M_1, E_b = -A*M_b
                 e = ws_e.next()
                 pl.select(t1, m_merge[0], na, zero)
-                pl.fill(dec, 1.0)
-                pl.select(t1, m_eye, dec, t1)
+                pl.fill(aa, 1.0)
+                pl.select(t1, m_eye, aa, t1)
                 store_cc(e, 0, r0, t1, cinv, cast_io)
                 for lvl in range(1, NL):
                     pl.select(t1, m_merge[lvl], na, zero)
                     store_cc(e, lvl * C, r0, t1, cinv, cast_io)
-                # S <- e^{G_last} S + K~^T D
+                # the next chunk's operands (the last iteration repeats the last chunk)
+                j = pl.min(i + 1, NC - 1)
+                cj = pl.min(C, length - j * C)
+                prepare(b, hv, kh, start + j * C, cj, pl.max(1, pl.min(HALF, cj - r0)), r0)
+                # S <- e^{G_last} S + K~^T D  (G_last again from g: the staging above replaced it)
+                pl.fill(g_row3, 0.0)
+                pl.load(g_row3, gT, [b, hv, t0], valid_shape=[1, c])
+                pl.row_sum(gl3, g_row3.with_valid(1, C))
                 pl.load(kd, ws_kd.next(), [0, c0])
-                pl.col_expand(egl.with_valid(K, 1), gl)
+                pl.col_expand(egl.with_valid(K, 1), gl3)
                 pl.exp(egl.with_valid(K, 1), egl.with_valid(K, 1))
                 pl.row_expand_mul(s, s, egl.with_valid(K, 1))
                 pl.add(s, s, kd)
+            pl.load(aa, ws_gram.next(), [r0, 0])    # the repeated last chunk's Gram matrices (unused)
             pl.store(state, s, [srow, c0])
 
 

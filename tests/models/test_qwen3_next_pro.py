@@ -5,7 +5,8 @@ on the sim and cpu backends.
 Relative RMS error (||actual - expected||_2 / ||expected||_2) of outputs and final states: at most 1e-5
 for fp32 inputs (every matmul in fp32) and 5e-3 for bf16 inputs (fp16 matmul operands by default,
 bf16 ones on request, fp32 accumulation and an fp32 state). Small dims (K = V = 32, H = 1, HV = 2)
-keep the file short; the cpu backend compiles each configuration once (g++).
+keep the runs short; compiling is what costs: about 10 s of pl compilation per kernel configuration
+(mostly event-id allocation) plus g++ on the cpu backend, so the extra configurations are marked slow.
 """
 import pytest
 import torch
@@ -66,24 +67,32 @@ def test_pro_matches_recurrent_oracle(backend, dtype, T, with_state):
 
 
 @pytest.mark.parametrize("backend", ["sim", "cpu"])
-def test_pro_batch_varlen_and_options(backend):
-    # two batch rows, no l2norm in the kernel (keys normalised by the caller), an explicit scale
-    q, k, v, g, beta, S0 = gdn_inputs(2, 90, 2, 4, 32, 32, torch.float32, seed=3)
-    check(backend, (q, F.normalize(k, dim=-1), v, g, beta, S0), 1e-5, use_qk_l2norm_in_kernel=False, scale=0.3)
+def test_pro_batch_and_varlen(backend, monkeypatch):
+    # three batch rows (six (row, head) tasks) on four clusters: some run two tasks; odd and even chunk counts
+    monkeypatch.setattr(pro_kernels, "block_dim_for", lambda tasks, machine: min(tasks, 4))
+    check(backend, gdn_inputs(3, 150, 1, 2, 32, 32, torch.float32, seed=3), 1e-5, scale=0.3)
+    check(backend, gdn_inputs(3, 250, 1, 2, 32, 32, torch.float32, seed=9), 1e-5)
     # three packed sequences (one shorter than a chunk, one spanning chunk boundaries)
     inputs = gdn_inputs(1, 150, 1, 2, 32, 32, torch.float32, seed=4, N=3)
     check(backend, inputs, 1e-5, cu_seqlens=torch.tensor([0, 17, 80, 150]))
+
+
+@pytest.mark.slow            # one more kernel configuration to compile (about 10 s)
+def test_pro_without_l2norm_in_kernel():
+    q, k, v, g, beta, S0 = gdn_inputs(1, 90, 1, 2, 32, 32, torch.float32, seed=8)
+    check("sim", (q, F.normalize(k, dim=-1), v, g, beta, S0), 1e-5, use_qk_l2norm_in_kernel=False)
 
 
 def test_pro_strong_decay_and_repeated_keys():
     """e^g down to e^-30 (the decay is masked before exp), and identical keys with beta near 1 and no
     decay (the inverse's powers would grow like binomial coefficients; block merging stays exact)."""
     check("sim", gdn_inputs(1, 130, 1, 2, 32, 32, torch.float32, seed=11, decay="strong"), 1e-5)
-    q, k, v, g, beta, S0 = gdn_inputs(1, 64, 1, 1, 32, 32, torch.float32, seed=2)
+    q, k, v, g, beta, S0 = gdn_inputs(1, 64, 1, 2, 32, 32, torch.float32, seed=2)
     k = k[:, :1].expand_as(k).contiguous()
     check("sim", (q, k, v, torch.zeros_like(g), torch.full_like(beta, 0.99), S0), 1e-5)
 
 
+@pytest.mark.slow            # two more kernel configurations to compile
 def test_pro_bf16_operands_and_smaller_chunks():
     inputs = gdn_inputs(1, 100, 1, 2, 32, 32, torch.bfloat16, seed=5)
     check("sim", inputs, TOL[torch.bfloat16], cube_dtype=pypto.bfloat16)
