@@ -26,7 +26,7 @@ from . import compiler
 from .compiler import STATS, INCLUDE_DIR
 from .errors import CpuKernelError, FlagWarning
 from .block_count import cores_to_run
-from .executor import Buffers, bind_env, execute, expand
+from .executor import Buffers, bind_env, execute, expand, written_bases
 from .library import KernelLibrary
 
 __all__ = ["run", "run_kernel", "run_with", "build", "KernelSet", "one_task_graph", "CpuKernelError", "FlagWarning", "STATS", "INCLUDE_DIR"]
@@ -118,9 +118,10 @@ class _Plan:
     again at the same sizes (a jit function called in a loop) skips the symbolic evaluation.
     Like kernels, graphs are not edited once they have run."""
 
-    def __init__(self, shapes, instances):
+    def __init__(self, shapes, instances, written):
         self.shapes = shapes
         self.instances = instances
+        self.written = written          # base buffers some task stores to
 
 
 _PLANS: dict[int, tuple] = {}      # id(graph) -> (weakref to it, {(sizes, kernels, machine): _Plan})
@@ -150,7 +151,8 @@ def run_with(kernels: KernelSet, graph: ExecutionGraph, args: dict, env: dict, *
     plan = plans.get(key) if plans is not None else None
     buffers = Buffers(graph, args, env, shapes=plan.shapes if plan else None)
     if plan is None:
-        plan = _Plan(buffers.shapes, expand(graph, env, buffers, kernels.abis))
+        instances = expand(graph, env, buffers, kernels.abis)
+        plan = _Plan(buffers.shapes, instances, written_bases(graph, instances, buffers))
         if plans is not None:
             if len(plans) >= _PLANS_PER_GRAPH:
                 plans.pop(next(iter(plans)))
@@ -167,8 +169,9 @@ def run_with(kernels: KernelSet, graph: ExecutionGraph, args: dict, env: dict, *
     t0 = time.perf_counter()
     execute(instances, launch, nthreads)
     run_s = time.perf_counter() - t0
-    for user, ours in buffers.copy_back:
-        user.copy_(ours)
+    for name, user, ours in buffers.copy_back:      # only what some task wrote goes back
+        if name in plan.written:
+            user.copy_(ours)
     outputs = {name: args[name] if name in args else buffers.tensors[name] for name in graph.outputs}
     report = Report(backend="cpu", machine=spec.name, tasks=len(instances),
                     blocks=sum(i.block_dim for i in instances), wall_s=run_s,

@@ -86,7 +86,7 @@ class Buffers:
             raise PyptoError(f"argument '{name}' is on {t.device}; the cpu backend takes CPU tensors")
         if not t.is_contiguous():
             c = t.contiguous()
-            self.copy_back.append((t, c))
+            self.copy_back.append((name, t, c))
             return c
         return t
 
@@ -139,6 +139,13 @@ def _kernel_gm_use(kernel):
                 if hasattr(o, "param"):
                     (stores if ins.spec.kind == "store" else loads).add(o.param)
     return loads, stores
+
+
+def written_bases(graph: ExecutionGraph, instances, buffers: Buffers) -> set:
+    """Base buffers that some task stores to (by its kernel's TSTOREs, whatever its regions say)."""
+    stores = {name: _kernel_gm_use(k)[1] for name, k in graph.kernels.items()}
+    return {buffers.base[inst.task.gm_args[p]][0] for inst in instances
+            for p in stores.get(inst.task.kernel, ()) if p in inst.task.gm_args}
 
 
 def expand(graph: ExecutionGraph, env: dict, buffers: Buffers, abis: dict) -> list[TaskInstance]:
