@@ -81,7 +81,6 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
     l_eye = pl.make_tile(pl.TileType([C, C], inv, Mat), addr=0x00000)
     l_t = pl.make_tile(pl.TileType([C, C], dt, Mat), addr=0x04000)
     l_x = pl.make_tile(pl.TileType([C, C], inv, Mat), addr=0x08000)
-    l_e = pl.make_tile(pl.TileType([C, C], inv, Mat), addr=0x0C000)
     l_p = pl.make_tile(pl.TileType([C, C], inv, Mat), addr=0x10000)
     l_kn = pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x14000)
     l_qn = pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x14000)
@@ -90,6 +89,7 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
     l_w = pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x18000)
     l_d = pl.make_tile(pl.TileType([C, V], dt, Mat), addr=0x20000)
     l_attn = pl.make_tile(pl.TileType([C, C], dt, Mat), addr=0x28000)
+    l_es = pl.make_tile_group(pl.TileType([C, C], inv, Mat), addrs=0x6C000, depth=NL - 1)   # E_2 .. E_C/2
     qg_g = pl.make_tile_group(pl.TileType([C, K], dt, Mat), addrs=0x2C000, depth=2)
     kt_g = pl.make_tile_group(pl.TileType([K, C], dt, Mat), addrs=0x3C000, depth=2)
     rv_g = pl.make_tile_group(pl.TileType([C, V], dt, Mat), addrs=0x4C000, depth=2)
@@ -139,6 +139,7 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
     gq = pl.make_tile(cc, addr=0x22000)
     zero = pl.make_tile(cc, addr=0x24000)
     cinv = pl.make_tile_group(pl.TileType([HALF, C], inv, Vec), addrs=[0x26000, 0x27000], depth=2)
+    cinv2 = pl.make_tile_group(pl.TileType([HALF, C], inv, Vec), addrs=0x22000, depth=1)     # over gq (dead by then)
     mk = pl.TileType([HALF, C], u8, Vec)
     m_causal = pl.make_tile(mk, addr=0x28000)
     m_strict = pl.make_tile(mk, addr=0x28800)
@@ -241,6 +242,56 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
     # computes its Gram matrices) while chunk i's inverse and state update run. Before the loop chunk 0
     # is staged; iteration i stages chunk min(i+1, NC-1) (the last iteration repeats the last chunk so
     # that every workspace slot written is read: the cube's and the vectors' slot sequences stay equal).
+    def merges(e_slot):
+        """T = (I + A)^-1 by block merging, X <- X I + (X E_b) X, from the pieces in workspace slot e_slot
+        (all loaded up front) -> l_t; the chunk's attn -> L1 for its state phase."""
+        pl.load(l_x, e_slot, [0, 0])
+        for lvl in range(1, NL):
+            pl.load(l_es[lvl - 1], e_slot, [lvl * C, 0])
+        pl.load(l_attn, ws_attn.next(), [0, 0])
+        for lvl in range(1, NL):
+            pl.move(a_x, l_x)
+            pl.move(b_e, l_es[lvl - 1])
+            pl.matmul(c_p, a_x, b_e)
+            pl.move(l_p, c_p)
+            pl.move(a_p, l_p)
+            pl.move(b_x, l_x)
+            pl.matmul(c_x, a_eye, b_x)
+            pl.matmul_acc(c_x, a_p, b_x)
+            if lvl < NL - 1:
+                pl.move(l_x, c_x)
+            else:
+                pl.move(l_t, c_x)
+
+    def pieces(r0):
+        """A = beta KK^T * decay (strictly lower), attn = QK^T * decay, X1 = I - A*M_1, E_b = -A*M_b
+        (own rows) -> workspace, from the Gram matrices and the gates prepare() left."""
+        gw = ws_gram.next()
+        pl.load(aa, gw, [r0, 0])
+        pl.load(gq, gw, [C + r0, 0])
+        pl.mul(gq, gq, dec)
+        store_cc(ws_attn.next(), 0, r0, gq, cinv, cast_io)
+        pl.mul(aa, aa, dec)
+        pl.row_expand_mul(aa, aa, bc.with_valid(HALF, 1))
+        pl.select(aa, m_strict, aa, zero)
+        pl.muls(na, aa, -1.0)
+        e = ws_e.next()
+        pl.select(t1, m_merge[0], na, zero)
+        pl.fill(aa, 1.0)
+        pl.select(t1, m_eye, aa, t1)
+        store_cc(e, 0, r0, t1, cinv2, cast_io)
+        for lvl in range(1, NL):
+            pl.select(t1, m_merge[lvl], na, zero)
+            if lvl % 2 == 1:
+                store_cc(e, lvl * C, r0, t1, cinv, cast_io)
+            else:
+                store_cc(e, lvl * C, r0, t1, cinv2, cast_io)
+
+    # Chunks are software pipelined by hand. Iteration i of the cube: the Gram matrices of chunk i+1,
+    # chunk i's state phase, chunk i+1's inverse; of the vectors: chunk i+1's operands and inverse
+    # pieces, chunk i's state update. Chunk 0's first half runs before the loop; the last iteration
+    # repeats the last chunk's (j = min(i+1, NC-1)) so that both sections take every workspace slot
+    # the same number of times.
     with pl.section_cube():
         pl.load(l_eye, eye, [0, 0])
         pl.move(a_eye, l_eye)
@@ -248,27 +299,11 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
             b = task // HV
             hv = task % HV
             gram(ws_prep.next())
+            merges(ws_e.next())
             for i in pl.range(0, NC):
                 t0 = start + i * C
                 c = pl.min(C, length - i * C)
-                # (I + A)^-1 by block merging: X <- X + (X E_b) X
-                e = ws_e.next()
-                pl.load(l_x, e, [0, 0])
-                for lvl in range(1, NL):
-                    pl.load(l_e, e, [lvl * C, 0])
-                    pl.move(a_x, l_x)
-                    pl.move(b_e, l_e)
-                    pl.matmul(c_p, a_x, b_e)
-                    pl.move(l_p, c_p)
-                    pl.move(a_p, l_p)
-                    pl.move(b_x, l_x)
-                    pl.matmul(c_x, a_eye, b_x)
-                    pl.matmul_acc(c_x, a_p, b_x)
-                    if lvl < NL - 1:
-                        pl.move(l_x, c_x)
-                    else:
-                        pl.move(l_t, c_x)
-                gram(ws_prep.next())                # the next chunk's (overlaps the vectors' inverse pieces)
+                gram(ws_prep.next())
                 pl.move(a_t, l_t)
                 # U = T Rv (into the D accumulator) and -W = T Rk
                 pl.move(b_rv, rv_g.previous())
@@ -278,23 +313,22 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
                 pl.move(l_w, c_w)
                 pl.move(a_w, l_w)
                 # the state: D = U - W S, O = Qg S + attn D, K~^T D
-                sw = ws_s.next()
-                pl.load(l_s, sw, [0, 0])
+                pl.load(l_s, ws_s.next(), [0, 0])
                 pl.move(b_s, l_s)
                 pl.matmul_acc(c_d, a_w, b_s)
                 pl.move(a_qg, qg_g.previous())
                 pl.matmul(c_o, a_qg, b_s)
                 pl.move(l_d, c_d)
                 pl.move(b_d, l_d)
-                aw = ws_attn.next()
-                pl.load(l_attn, aw, [0, 0])
                 pl.move(a_attn, l_attn)
                 pl.matmul_acc(c_o, a_attn, b_d)
                 pl.move(a_kt, kt_g.previous())
                 pl.matmul(c_kd, a_kt, b_d)
                 pl.store(o, c_o, [b, t0, hv * V], valid_shape=[c, V])
                 pl.store(ws_kd.next(), c_kd, [0, 0])
-            # (each task then advances the double-buffered groups by an even count: no unrolling of the task loop)
+                merges(ws_e.next())
+            pl.load(l_s, ws_s.next(), [0, 0])       # the state after the last chunk (handed over, unused)
+            # (each task advances the double-buffered groups by an even count: no unrolling of the task loop)
             qg_g.next()
             kt_g.next()
             rv_g.next()
@@ -318,39 +352,16 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
             pl.load(s, state, [srow, c0])
             c_first = pl.min(C, length)
             prepare(b, hv, kh, start, c_first, pl.max(1, pl.min(HALF, c_first - r0)), r0)
+            pieces(r0)
+            store_state(ws_s.next(), s, sd, c0, cast_io)
             for i in pl.range(0, NC):
                 t0 = start + i * C
                 c = pl.min(C, length - i * C)
-                # the state at the chunk's start, in the operand dtype, for the cube
-                if cast_io:
-                    pl.cast(sd, s)
-                    pl.store(ws_s.next(), sd, [0, c0])
-                else:
-                    pl.store(ws_s.next(), s, [0, c0])
-                # A = beta KK^T * decay (strictly lower), attn = QK^T * decay
-                gw = ws_gram.next()
-                pl.load(aa, gw, [r0, 0])
-                pl.load(gq, gw, [C + r0, 0])
-                pl.mul(gq, gq, dec)
-                aw = ws_attn.next()
-                store_cc(aw, 0, r0, gq, cinv, cast_io)
-                pl.mul(aa, aa, dec)
-                pl.row_expand_mul(aa, aa, bc.with_valid(HALF, 1))
-                pl.select(aa, m_strict, aa, zero)
-                pl.muls(na, aa, -1.0)
-                # X1 = I - A*M_1, E_b = -A*M_b
-                e = ws_e.next()
-                pl.select(t1, m_merge[0], na, zero)
-                pl.fill(aa, 1.0)
-                pl.select(t1, m_eye, aa, t1)
-                store_cc(e, 0, r0, t1, cinv, cast_io)
-                for lvl in range(1, NL):
-                    pl.select(t1, m_merge[lvl], na, zero)
-                    store_cc(e, lvl * C, r0, t1, cinv, cast_io)
-                # the next chunk's operands (the last iteration repeats the last chunk)
+                # the next chunk's operands and inverse pieces (the last iteration repeats the last chunk)
                 j = pl.min(i + 1, NC - 1)
                 cj = pl.min(C, length - j * C)
                 prepare(b, hv, kh, start + j * C, cj, pl.max(1, pl.min(HALF, cj - r0)), r0)
+                pieces(r0)
                 # S <- e^{G_last} S + K~^T D  (G_last again from g: the staging above replaced it)
                 pl.fill(g_row3, 0.0)
                 pl.load(g_row3, gT, [b, hv, t0], valid_shape=[1, c])
@@ -360,7 +371,7 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
                 pl.exp(egl.with_valid(K, 1), egl.with_valid(K, 1))
                 pl.row_expand_mul(s, s, egl.with_valid(K, 1))
                 pl.add(s, s, kd)
-            pl.load(aa, ws_gram.next(), [r0, 0])    # the repeated last chunk's Gram matrices (unused)
+                store_state(ws_s.next(), s, sd, c0, cast_io)
             pl.store(state, s, [srow, c0])
 
 
@@ -384,6 +395,15 @@ def normalize(x, tmp, r):
     pl.adds(r, r, L2NORM_EPS)
     pl.rsqrt(r, r)
     pl.row_expand_mul(x, x, r)
+
+
+def store_state(ws, s, stage, c0, cast_io):
+    """The state's own columns, in the operand dtype, into workspace slot ws."""
+    if cast_io:
+        pl.cast(stage, s)
+        pl.store(ws, stage, [0, c0])
+    else:
+        pl.store(ws, s, [0, c0])
 
 
 def store_rows(ws, row, x, stages, cast_io):
