@@ -67,7 +67,7 @@ def plan_fusion(g, machine, *, enable: bool = True) -> FusionPlan:
             spaces[nid] = sp
             grp = Group(nid, "vector", [nid], list(sp.dims), whole=set(sp.scans))
             if sp.reduces:
-                if _fits_whole(g, nid, sp, ub):
+                if _fits_whole(g, nid, sp, ub, machine.alignment):
                     grp.whole |= set(sp.reduces)
                 elif len(sp.reduces) == 1 and g.op(nid) not in NO_SEQUENTIAL:
                     grp.seq, grp.seq_node = sp.reduces[0], nid
@@ -101,13 +101,18 @@ def plan_fusion(g, machine, *, enable: bool = True) -> FusionPlan:
     return FusionPlan({k: grp.roots() for k, grp in groups.items()}, group_of, spaces, order)
 
 
-def _fits_whole(g, nid, sp, ub) -> bool:
+def _fits_whole(g, nid, sp, ub, alignment=32) -> bool:
     elems = 1
     for d in sp.reduces + sp.scans:
         if not _static(d.size):
             return False
         elems *= d.size
     itemsize = max(4, g.info(nid).dtype.itemsize)
+    # along rows (the input's innermost dim kept), a tile is at least one aligned block of columns wide
+    # (of the narrowest dtype a fused cast may bring: 2 bytes)
+    inner = next((d for d in reversed(sp.in_maps[0]) if d is not None), None) if sp.in_maps else None
+    if inner is not None and inner not in sp.reduces + sp.scans:
+        elems *= min(alignment // 2, inner.size) if _static(inner.size) else alignment // 2
     return elems * itemsize * 3 * 2 <= ub
 
 

@@ -100,8 +100,10 @@ def _buffer_adjacent(acc, bmap, a, b) -> bool:
 
 
 def _contiguous(acc) -> bool:
-    """The access reads its whole buffer."""
-    return all(o == 0 for o in acc.offsets) and all(same(e, n) for e, n in zip(acc.extents, acc.shape))
+    """The access reads its whole buffer, its dims in the buffer's order (not a permuted view)."""
+    used = [v for v in acc.vdims if v is not None]
+    return all(o == 0 for o in acc.offsets) and all(same(e, n) for e, n in zip(acc.extents, acc.shape)) \
+        and used == sorted(used)
 
 
 def _prod(xs):
@@ -164,6 +166,7 @@ class VectorTiler:
         g, group = self.g, self.group
         presences, accesses, pinned = [], [], set()
         self._access_sources = []
+        copyable = []                  # inputs a contiguous copy would read along more merged dims
         self.ext = self._external_inputs()
         for n, k, src, amap, acc in self.ext:
             if acc is not None:
@@ -171,6 +174,9 @@ class VectorTiler:
                 presences.append(set(bmap))
                 accesses.append((acc, bmap))
                 self._access_sources.append(src)
+                broadcast = any(d is not None and v is None for d, v in zip(amap, acc.vdims))
+                if not _contiguous(acc) or broadcast:
+                    copyable.append(src)
         for n in group.nodes:
             sp = self.plan.spaces[n]
             pres = {d.find() for d in sp.out_map if d is not None}
@@ -188,13 +194,11 @@ class VectorTiler:
         except CompileError:
             try:
                 canon = canonical_axes(group, presences, accesses, pinned)     # the hint's axes cannot hold it
-            except CompileError:
+            except CompileError as why:
                 # a strided input keeps dims apart that a contiguous copy would merge: copy it first
-                strided = [src for (acc, _), src in zip(accesses, self._access_sources)
-                           if src is not None and not _contiguous(acc)]
-                if strided:
-                    raise NeedsCopy(strided[0])
-                raise
+                if copyable:
+                    raise NeedsCopy(copyable[0])
+                raise CompileError(why.message, loc=g.node(group.nodes[-1])["loc"], hint=why.hint) from None
         self.canon = canon
         self.accesses = accesses
         # tiles along each axis
@@ -202,6 +206,8 @@ class VectorTiler:
         modes = set()
         for (acc, bmap), src in zip(accesses, self._access_sources):
             mode = self._access_mode(acc, bmap)
+            if src is None and mode in ("trans", "trans_rows1"):
+                mode = "point"          # no transposing store: a column box of the output is written element-wise
             whole = {k for k in (canon.row, canon.col) if k is not None and canon.runs and canon.roles[k] != "par"}
             # a strided read against a whole axis (one element, or one row, per GM box while the
             # reduction needs every row of the axis in one tile): make it contiguous first
@@ -417,12 +423,15 @@ class VectorTiler:
         trans = False
         if col is not None and col in present_axes:
             if dims[-1][2] != col:
-                if len(dims) > 1 and dims[-2][2] == col and (
+                one = self.tile_sizes[col] == 1 and (row is None or self.tile_sizes[row] == 1)
+                if one:
+                    pass                  # a one-element tile: any box order holds it
+                elif len(dims) > 1 and dims[-2][2] == col and (
                         (row in present_axes and dims[-1][2] == row)
                         or ((dims[-1][2] is None or canon.kind(dims[-1][2]) == "grid")
                             and (row not in present_axes or self.tile_sizes[row] == 1))):
                     trans = True
-                elif not (self.tile_sizes[col] == 1 and (row is None or self.tile_sizes[row] == 1)):
+                else:
                     raise CompileError("internal: a strided box with a tile larger than one element",
                                        loc=self.g.node(self.cur)["loc"] if self.cur is not None else None)
         elif not dims or dims[-1][2] is not None:

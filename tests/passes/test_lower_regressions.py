@@ -24,3 +24,32 @@ def test_reduction_along_a_broadcast_dim(case):
     fn, shape = BROADCAST_REDUCTIONS[case]
     g = torch.Generator().manual_seed(1)
     sim_vs_reference(fn, torch.rand(shape, generator=g) + 0.5, tol=(1e-4, 1e-4))
+
+
+COMPILE_FAILURES = {
+    # a reduction over the leading dim of a permuted input: its dims cannot collapse onto two tile axes
+    # ("cannot tile: a reduced/scanned dim is neither of the last two iteration dims"): copied first
+    "sum_permuted_leading": (lambda x: pypto.sum(x.permute(0, 2, 1), 0), (3, 5, 7)),
+    "sum_permuted_210": (lambda x: pypto.sum(x.permute(2, 1, 0), 0), (3, 5, 7)),
+    "cumsum_permuted_leading": (lambda x: pypto.cumsum(x.permute(0, 2, 1), 0), (3, 5, 7)),
+    # a column vector concatenated along the last dim: its box is a column of the result
+    # ("writing into a transposed view is not supported")
+    "concat_columns": (lambda x: pypto.concat([x, x * 2], 1), (2, 1)),
+    "concat_columns_sum": (lambda x: pypto.concat([x, x * 2], 1).sum(0), (70, 1)),
+    # a reduction over the leading dim of an input expanded along a middle dim
+    # reductions / scans / argmax along many rows of a narrow tensor: kept whole, a column block per row
+    # was over the UB ("no tile of this fused group fits the 196608-byte UB"); now two-level / blockwise
+    "sum_4160_rows": (lambda x: pypto.sum(x, 0), (4160, 17)),
+    "argmax_2048_rows": (lambda x: pypto.argmax(x, 0), (2048, 17)),
+    "cumsum_2000_rows": (lambda x: pypto.cumsum(x, 0), (2000, 17)),
+    "cumsum_1024_rows_f16": (lambda x: pypto.cast(pypto.cumsum(pypto.cast(x, pypto.float16), 0), pypto.float32),
+                             (1024, 17)),
+    "sum_leading_of_expanded_middle": (lambda x: pypto.sum(pypto.expand(pypto.unsqueeze(x, 1), 2, 3, 2), 0), (2, 2)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(COMPILE_FAILURES))
+def test_programs_that_did_not_compile(case):
+    fn, shape = COMPILE_FAILURES[case]
+    g = torch.Generator().manual_seed(2)
+    sim_vs_reference(fn, torch.rand(shape, generator=g) - 0.5, tol=(1e-4, 1e-4))
