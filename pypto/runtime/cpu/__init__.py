@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 import weakref
 
@@ -118,10 +119,23 @@ class _Plan:
     again at the same sizes (a jit function called in a loop) skips the symbolic evaluation.
     Like kernels, graphs are not edited once they have run."""
 
-    def __init__(self, shapes, instances, written):
+    def __init__(self, shapes, instances, written, reusable):
         self.shapes = shapes
         self.instances = instances
         self.written = written          # base buffers some task stores to
+        self.reusable = reusable        # workspace bases no output is a view of
+        self.spare: dict | None = None  # their tensors, kept from the last run (taken while one runs)
+        self.lock = threading.Lock()
+
+    def take_workspaces(self) -> dict | None:
+        """The previous run's workspace tensors (their pages are warm), unless a run holds them."""
+        with self.lock:
+            spare, self.spare = self.spare, None
+        return spare
+
+    def keep_workspaces(self, tensors: dict) -> None:
+        with self.lock:
+            self.spare = {n: tensors[n] for n in self.reusable}
 
 
 _PLANS: dict[int, tuple] = {}      # id(graph) -> (weakref to it, {(sizes, kernels, machine): _Plan})
@@ -140,6 +154,14 @@ def _plan_slot(graph, env, kernels, spec, nthreads):
     return entry[1], key
 
 
+def _reusable_workspaces(graph, args, buffers) -> frozenset:
+    """Workspace buffers the runtime allocates (no argument given) that no output is a view of:
+    the next run at the same sizes can use the same tensors (a workspace starts undefined)."""
+    out_bases = {buffers.base[n][0] for n in graph.outputs if n in buffers.base}
+    return frozenset(n for n, b in graph.buffers.items()
+                     if b.view_of is None and b.role == "workspace" and n not in args and n not in out_bases)
+
+
 def run_with(kernels: KernelSet, graph: ExecutionGraph, args: dict, env: dict, *, machine=None, threads=None,
              built=None, setup_s: float = 0.0):
     """``run`` over kernels already built (e.g. against other PTO headers; see tests/codegen)."""
@@ -149,10 +171,12 @@ def run_with(kernels: KernelSet, graph: ExecutionGraph, args: dict, env: dict, *
     env = bind_env(graph, args, env)
     plans, key = _plan_slot(graph, env, kernels, spec, nthreads)
     plan = plans.get(key) if plans is not None else None
-    buffers = Buffers(graph, args, env, shapes=plan.shapes if plan else None)
+    buffers = Buffers(graph, args, env, shapes=plan.shapes if plan else None,
+                      workspaces=plan.take_workspaces() if plan else None)
     if plan is None:
         instances = expand(graph, env, buffers, kernels.abis)
-        plan = _Plan(buffers.shapes, instances, written_bases(graph, instances, buffers))
+        plan = _Plan(buffers.shapes, instances, written_bases(graph, instances, buffers),
+                     _reusable_workspaces(graph, args, buffers))
         if plans is not None:
             if len(plans) >= _PLANS_PER_GRAPH:
                 plans.pop(next(iter(plans)))
@@ -169,6 +193,7 @@ def run_with(kernels: KernelSet, graph: ExecutionGraph, args: dict, env: dict, *
     t0 = time.perf_counter()
     execute(instances, launch, nthreads)
     run_s = time.perf_counter() - t0
+    plan.keep_workspaces(buffers.tensors)
     for name, user, ours in buffers.copy_back:      # only what some task wrote goes back
         if name in plan.written:
             user.copy_(ours)

@@ -48,8 +48,10 @@ def bind_env(graph: ExecutionGraph, args: dict, env: dict | None) -> dict:
 class Buffers:
     """The tensor of every buffer (arguments, allocated outputs / workspaces, views of their bases)."""
 
-    def __init__(self, graph: ExecutionGraph, args: dict, env: dict, shapes: dict | None = None):
+    def __init__(self, graph: ExecutionGraph, args: dict, env: dict, shapes: dict | None = None,
+                 workspaces: dict | None = None):
         self.graph = graph
+        self.workspaces = workspaces or {}     # name -> tensor of that shape to use for a workspace
         self.shapes = shapes if shapes is not None else \
             {n: tuple(evaluate(d, env) for d in b.shape) for n, b in graph.buffers.items()}
         self.tensors: dict[str, torch.Tensor] = {}
@@ -74,6 +76,9 @@ class Buffers:
         if t is None:
             if b.role in ("input", "constant"):
                 raise PyptoError(f"input '{name}' ({b.dtype}{list(b.shape)}) has no argument")
+            kept = self.workspaces.get(name) if b.role == "workspace" else None
+            if kept is not None and tuple(kept.shape) == shape and kept.dtype == b.dtype.torch_dtype:
+                return kept
             return torch.empty(shape, dtype=b.dtype.torch_dtype)
         if not isinstance(t, torch.Tensor):
             raise PyptoError(f"argument '{name}' is a {type(t).__name__}, expected a torch.Tensor")

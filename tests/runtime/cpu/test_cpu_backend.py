@@ -56,6 +56,32 @@ def test_graph_with_loop_scalars_and_dependencies(threads):
     assert report.tasks == 10 + 1 and report.cycles is None and report.backend == "cpu"
 
 
+def test_a_graph_run_again_reuses_its_plan_and_workspaces():
+    g = scale_then_softmax_graph()
+    x1, x2 = torch.randn(77, 256), torch.randn(77, 256)
+    out1, _ = cpu.run(g, {"x": x1}, {})
+    (plan,) = cpu._PLANS[id(g)][1].values()
+    y = plan.spare["y"]                        # the workspace, kept for the next run
+    out2, _ = cpu.run(g, {"x": x2}, {})
+    assert plan.spare["y"] is y and len(cpu._PLANS[id(g)][1]) == 1
+    assert out1["z"].data_ptr() != out2["z"].data_ptr()        # outputs are fresh every run
+    torch.testing.assert_close(out1["z"], torch.softmax(0.5 * x1, -1), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out2["z"], torch.softmax(0.5 * x2, -1), rtol=1e-5, atol=1e-6)
+    out3, _ = cpu.run(g, {"x": x1[:50]}, {})   # other sizes: a plan of their own
+    assert len(cpu._PLANS[id(g)][1]) == 2
+    torch.testing.assert_close(out3["z"], torch.softmax(0.5 * x1[:50], -1), rtol=1e-5, atol=1e-6)
+
+
+def test_an_output_viewing_a_workspace_is_never_reused():
+    g = scale_then_softmax_graph()
+    g.buffers["y"] = Buffer("y", (ck.M, 256), F32, "workspace")
+    g.buffers["yv"] = Buffer("yv", (ck.M, 256), F32, "output", view_of="y")
+    g.outputs.append("yv")
+    out1, _ = cpu.run(g, {"x": torch.randn(16, 256)}, {})
+    out2, _ = cpu.run(g, {"x": torch.randn(16, 256)}, {})
+    assert out1["yv"].data_ptr() != out2["yv"].data_ptr()
+
+
 def test_outputs_written_in_place_and_noncontiguous_arguments():
     x = torch.randn(256, 40).t()              # non-contiguous [40, 256]
     z = torch.empty(256, 40).t()
