@@ -125,8 +125,11 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
     fk = pl.make_tile(pl.TileType([HALF, K], f32, Vec), addr=0x04000)
     ft = pl.make_tile(pl.TileType([HALF, K], f32, Vec), addr=0x08000)
     # staging of 16-bit stores, two slots so that a cast need not wait for the previous store to drain
+    # (16-bit inputs only; the k / v fetch tiles use bytes of tiles dead while they live)
     xd_g = pl.make_tile_group(pl.TileType([HALF, K], dt, Vec), addrs=[0x0C000, 0x0E000], depth=2)
     xin = pl.make_tile(pl.TileType([HALF, K], io, Vec), addr=0x18000)      # load staging (16-bit)
+    kin = pl.make_tile(pl.TileType([HALF, K], io, Vec), addr=0x1E000)      # over na
+    vin = pl.make_tile(pl.TileType([HALF, K], io, Vec), addr=0x22000)      # over gq
     kd = pl.make_tile(pl.TileType([K, VH], f32, Vec), addr=0x00000)       # over fq, fk (dead by then)
     sd = pl.make_tile(pl.TileType([K, VH], dt, Vec), addr=0x08000)        # over ft, xd
     s = pl.make_tile(pl.TileType([K, VH], f32, Vec), addr=0x10000)        # the state's columns, fp32
@@ -161,8 +164,8 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
     gl3 = pl.make_tile(pl.TileType([1, 8], f32, Vec), addr=0x2CB40)
     g_row3 = pl.make_tile(rowt, addr=0x2FC00)           # the state update's own copy of the gates
 
-    FQ, FK, FT, XIN = (fq.with_valid(HALF, K), fk.with_valid(HALF, K), ft.with_valid(HALF, K),
-                       xin.with_valid(HALF, K))
+    FQ, FK, FT = fq.with_valid(HALF, K), fk.with_valid(HALF, K), ft.with_valid(HALF, K)
+    XIN, KIN, VIN = xin.with_valid(HALF, K), kin.with_valid(HALF, K), vin.with_valid(HALF, K)
     CC = (HALF, C)
     COL = (HALF, 1)
 
@@ -188,9 +191,8 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
         pl.load(rk_g.next(), pa, [5 * C, 0])
 
     def gates(b, hv, t0, c):
-        """g of the chunk as a zero-padded row, its in-chunk cumsum, G_last, G_i of the own rows, decay."""
-        pl.fill(g_row, 0.0)
-        pl.load(g_row, gT, [b, hv, t0], valid_shape=[1, c])
+        """g of the chunk as a zero-padded row (loaded by the caller), its in-chunk cumsum, G_last, G_i of
+        the own rows, decay."""
         GR = g_row.with_valid(1, C)
         pl.row_cumsum(G_row, GR)
         pl.row_sum(gl, GR)
@@ -204,20 +206,35 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
         pl.exp(dec, dec)
 
     def prepare(b, hv, kh, t0, c, cv, r0):
-        """Stage the chunk's operands for the cube (own rows): kn, qn, Qg, K~, Rv, Rk."""
+        """Stage the chunk's operands for the cube (own rows): kn, qn, Qg, K~, Rv, Rk. 16-bit inputs are
+        all fetched first (their load latencies overlap), fp32 ones straight into the working tiles."""
+        # zero padding first, then every load: one vector -> MTE2 hand-over instead of one per load
+        pl.fill(bc, 0.0)
+        pl.fill(g_row, 0.0)
+        if cast_io:
+            pl.fill(XIN, 0.0)
+            pl.fill(KIN, 0.0)
+            pl.fill(VIN, 0.0)
+        pl.load(g_row, gT, [b, hv, t0], valid_shape=[1, c])
+        if c > r0:
+            pl.load(bc, beta, [b, t0 + r0, hv], valid_shape=[cv, 1])
+            if cast_io:
+                pl.load(XIN, q, [b, t0 + r0, kh * K], valid_shape=[cv, K])
+                pl.load(KIN, k, [b, t0 + r0, kh * K], valid_shape=[cv, K])
+                pl.load(VIN, v, [b, t0 + r0, hv * V], valid_shape=[cv, V])
         gates(b, hv, t0, c)
         pl.exp(eg, gc)
         pl.col_expand(glc.with_valid(HALF, 1), gl)
         pl.sub(eglg, glc.with_valid(HALF, 1), gc)
         pl.exp(eglg, eglg)
-        pl.fill(bc, 0.0)
-        if c > r0:
-            pl.load(bc, beta, [b, t0 + r0, hv], valid_shape=[cv, 1])
         pl.mul(nbeg, bc.with_valid(HALF, 1), eg)
         pl.muls(nbeg, nbeg, -1.0)
         p = ws_prep.next()
         # queries: qn = scale * q / |q|, Qg = e^G qn
-        load_rows(FQ, XIN, q, b, t0 + r0, kh * K, c > r0, cv, K, cast_io)
+        if cast_io:
+            pl.cast(FQ, XIN)
+        else:
+            fetch_rows(FQ, q, b, t0 + r0, kh * K, c > r0, cv, K)
         if l2norm:
             normalize(FQ, FT, rq)
         pl.muls(FQ, FQ, scale)
@@ -225,7 +242,10 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
         pl.row_expand_mul(FQ, FQ, eg)
         store_rows(p, 2 * C + r0, FQ, xd_g, cast_io)
         # keys: kn, K~ = e^{G_last - G} kn, Rk = -beta e^G kn
-        load_rows(FK, XIN, k, b, t0 + r0, kh * K, c > r0, cv, K, cast_io)
+        if cast_io:
+            pl.cast(FK, KIN)
+        else:
+            fetch_rows(FK, k, b, t0 + r0, kh * K, c > r0, cv, K)
         if l2norm:
             normalize(FK, FT, rq)
         store_rows(p, r0, FK, xd_g, cast_io)
@@ -234,7 +254,10 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
         pl.row_expand_mul(FT, FK, nbeg)
         store_rows(p, 5 * C + r0, FT, xd_g, cast_io)
         # values: Rv = beta v
-        load_rows(FQ, XIN, v, b, t0 + r0, hv * V, c > r0, cv, V, cast_io)
+        if cast_io:
+            pl.cast(FQ, VIN)
+        else:
+            fetch_rows(FQ, v, b, t0 + r0, hv * V, c > r0, cv, V)
         pl.row_expand_mul(FQ, FQ, bc.with_valid(HALF, 1))
         store_rows(p, 4 * C + r0, FQ, xd_g, cast_io)
 
@@ -373,6 +396,13 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
                 pl.add(s, s, kd)
                 store_state(ws_s.next(), s, sd, c0, cast_io)
             pl.store(state, s, [srow, c0])
+
+
+def fetch_rows(dst, src, b, t, col, present, rows, width):
+    """dst (full view) = rows [t, t + rows) of src's columns [col, col + width), zero past them."""
+    pl.fill(dst, 0.0)
+    if present:
+        pl.load(dst, src, [b, t, col], valid_shape=[rows, width])
 
 
 def load_rows(dst, stage, src, b, t, col, present, rows, width, cast_io):
