@@ -4,15 +4,19 @@ them on fewer cores than the task asks for.
 On the device the ``block_dim`` cores of a launch run side by side; on the host they run one
 after another on a few threads, and a grid-stride loop ``for t in range(block_idx, n, block_num)``
 over 48 cores then walks GM in 48-tile strides (every tile on another page, out of reach of the
-prefetchers). A kernel is *block-count free* when each core's work is a subset of the iterations
-of such a loop and no iteration depends on another one; running it on ``k`` cores does exactly
-the same iterations, each with the same inputs, so the outputs are bit for bit the same.
+prefetchers). A kernel is *block-count free* when each core's work is a set of tiles of such a
+loop and no tile's work depends on another's; running it on ``k`` cores does exactly the same
+tiles, each with the same inputs, so the outputs are bit for bit the same.
 
 The test is conservative (anything it cannot prove keeps the task's block count):
   - one core type (no cube + vector clusters, no cross-core flags);
-  - ``block_idx`` / ``block_num`` appear only as the start ``block_idx * c`` and step
-    ``block_num * c`` of one top-level loop (and nowhere else: not in its bound, its body, tile
-    valid shapes or other statements);
+  - one top-level loop starts at ``block_idx * c`` and steps ``p * block_num * c`` (p > 1: a
+    loop pipelined p deep, whose body does the tiles t, t + c * block_num, ...); its bound and
+    the statements before it are free of ``block_idx`` / ``block_num``;
+  - in its body every expression (GM offsets, tile valid shapes, conditions) is a function of
+    one tile index t + j * c * block_num — its *stage* j — and no stage reads what another
+    stage wrote (so each tile's work is the same whichever core does it, and with whatever
+    other tile);
   - only flags and barriers follow that loop (no per-core epilogue);
   - no iteration reads local memory an earlier iteration of that core left behind: inside the
     loop's body, every tile range read was written earlier in the same iteration, unless nothing
