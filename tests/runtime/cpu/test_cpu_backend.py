@@ -192,3 +192,28 @@ def test_npu_backend_is_guarded():
         npu.run(scale_then_softmax_graph(), {"x": torch.randn(8, 256)}, {})
     with pytest.raises(BackendUnavailableError):
         npu.run_kernel(ck.softmax_rows(F32), {})
+
+
+def test_launches_in_a_forked_child():
+    """The worker threads do not survive fork(): a child starts its own instead of waiting on them."""
+    import os
+    import time
+    x = torch.randn(64, 256)
+    cpu.run(scale_then_softmax_graph(), {"x": x}, {}, threads=2)     # the parent's pool is up
+    pid = os.fork()
+    if pid == 0:
+        try:
+            out, _ = cpu.run(scale_then_softmax_graph(), {"x": x}, {}, threads=2)
+            ok = torch.allclose(out["z"], torch.softmax(0.5 * x, -1), rtol=1e-5, atol=1e-6)
+        finally:
+            os._exit(0 if locals().get("ok") else 1)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child's launch hung")

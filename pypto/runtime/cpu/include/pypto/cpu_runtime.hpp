@@ -24,6 +24,7 @@
 #include <vector>
 
 #include <ucontext.h>
+#include <unistd.h>
 
 #include <pypto/kernel_support.hpp>
 
@@ -57,6 +58,10 @@ public:
         const int64_t helpers = n - 1;
         {
             std::lock_guard<std::mutex> lock(mutex_);
+            if (owner_ != getpid()) {      // a forked child has none of its parent's threads
+                threads_.clear();
+                owner_ = getpid();
+            }
             while (static_cast<int64_t>(threads_.size()) < helpers) {
                 threads_.emplace_back([this, seen = generation_]() mutable { serve(seen); });
                 threads_.back().detach();
@@ -97,6 +102,7 @@ private:
     std::condition_variable wake_;
     std::condition_variable done_;
     std::vector<std::thread> threads_;
+    pid_t owner_ = getpid();
     const std::function<void()>* job_ = nullptr;
     uint64_t generation_ = 0;
     int64_t wanted_ = 0;
