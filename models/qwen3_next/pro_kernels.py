@@ -24,9 +24,12 @@ the bf16 test sizes against 4.4e-3 with bf16 operands; fp16's range, 65504, boun
 keys / queries trivially and v, D and S in practice), always with fp32 accumulation and an fp32 state.
 
 Cube <-> vector exchanges go through GM workspace slots (a2a3 has no L0C->UB / UB->L1 path); the pl
-compiler inserts the pipe and cross-core synchronisation. The chunks run one after the other (no
-software pipelining across chunks yet): each chunk is a chain of four cube <-> vector hand-overs, so
-the kernel is latency bound (see benchmarks/bench_gdn.py).
+compiler inserts the pipe and cross-core synchronisation. Chunks are software pipelined by hand (see
+the sections): the next chunk's operands, Gram matrices and inverse overlap this chunk's state phase
+and update. Each chunk is still a chain of cube <-> vector hand-overs through GM (about 500 cycles of
+latency each in the simulator) with short vector work between them, so the kernel is latency bound:
+about 11k cycles per chunk and cluster against about 1.4k of cube work at the roofline (see
+benchmarks/bench_gdn.py for the figures).
 
 Supported by this path (``supports``): K == V, a multiple of 16 up to 128, chunk size a power of two in
 8..64, q/k/v of one dtype (fp32, bf16 or fp16). ``functional.chunk_gated_delta_rule`` falls back to
@@ -403,19 +406,6 @@ def fetch_rows(dst, src, b, t, col, present, rows, width):
     pl.fill(dst, 0.0)
     if present:
         pl.load(dst, src, [b, t, col], valid_shape=[rows, width])
-
-
-def load_rows(dst, stage, src, b, t, col, present, rows, width, cast_io):
-    """dst (fp32, full view) = rows [t, t + rows) of src's columns [col, col + width), zero past them."""
-    if cast_io:
-        pl.fill(stage, 0.0)
-        if present:
-            pl.load(stage, src, [b, t, col], valid_shape=[rows, width])
-        pl.cast(dst, stage)
-    else:
-        pl.fill(dst, 0.0)
-        if present:
-            pl.load(dst, src, [b, t, col], valid_shape=[rows, width])
 
 
 def normalize(x, tmp, r):
