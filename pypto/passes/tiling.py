@@ -40,6 +40,7 @@ class _Scope:
         self.names: set = set(buffers)
         self._views: dict = {}
         self.count = 0
+        self.loop_vars: dict = {}         # index symbol of each loop being tiled -> (first, last) value
 
     def unique(self, base: str) -> str:
         base = "".join(c if (c.isalnum() or c == "_") else "_" for c in base) or "t"
@@ -54,6 +55,35 @@ class _Scope:
         b = Buffer(self.unique(base), tuple(shape), dtype, role, **kw)
         self.buffers[b.name] = b
         return b
+
+    def workspace(self, base, shape, dtype) -> st.Access:
+        """A workspace for a value of ``shape``: the whole buffer, or, when a size depends on the index of
+        an enclosing loop (a tail block's valid rows), the leading box of a buffer of the bounding size
+        (buffers are sized once per launch, not per iteration)."""
+        bounded = tuple(self._bound(d) for d in shape)
+        b = self.add_buffer(base, bounded, dtype, "workspace")
+        acc = st.full_access(b)
+        if bounded == tuple(shape):
+            return acc
+        return st.view_access(acc, (0,) * len(shape), tuple(shape))
+
+    def _bound(self, d):
+        if isinstance(d, int) or not (d.free_symbols & self.loop_vars.keys()):
+            return d
+        if isinstance(d, sympy.Min):
+            free = [a for a in d.args if not (a.free_symbols & self.loop_vars.keys())]
+            if free:
+                return sym.simplify(sympy.Min(*free)) if len(free) > 1 else free[0]
+        loops = [v for v in d.free_symbols if v in self.loop_vars]
+        if len(loops) == 1 and sympy.Poly(d, loops[0]).degree() == 1:
+            # linear in one loop index: largest at an end of the loop's range
+            lo, hi = self.loop_vars[loops[0]]
+            ends = [sym.simplify(d.subs(loops[0], e)) for e in (lo, hi)]
+            if not any(e.free_symbols & self.loop_vars.keys() for e in ends if isinstance(e, sympy.Basic)):
+                return sym.simplify(sympy.Max(*ends))
+        raise CompileError(f"a value of size {d} (it depends on a loop index) must be kept in memory, and its "
+                           "largest size is not known", hint="give the view a tile shape and a valid_shape: "
+                           "pypto.view(x, [64, n], [i * 64, 0], valid_shape=[pypto.min(64, m - i * 64), n])")
 
     def root(self, name):
         b = self.buffers[name]
@@ -142,8 +172,7 @@ class _Body:
             return self._home_of(g.node(n)["inputs"][0])
         if n in self.writer or op in ("concat", "pad", "fillpad"):
             info = g.info(n)
-            b = self.scope.add_buffer(f"ws{n}", info.shape, info.dtype, "workspace")
-            acc = st.full_access(b)
+            acc = self.scope.workspace(f"ws{n}", info.shape, info.dtype)
             self.homes[n] = acc
             if n in self.writer:
                 self.wants.setdefault(n, []).insert(0, acc)
@@ -194,7 +223,7 @@ class _Body:
                 del self.wants[n]
         else:
             info = self.g.info(n)
-            acc = st.full_access(self.scope.add_buffer(f"ws{n}", info.shape, info.dtype, "workspace"))
+            acc = self.scope.workspace(f"ws{n}", info.shape, info.dtype)
         self.homes[n] = acc
         return acc
 
@@ -213,7 +242,7 @@ class _Body:
                     del self.wants[res]
             else:
                 info = g.info(init)
-                acc = st.full_access(self.scope.add_buffer(f"carry{n}_{j}", info.shape, info.dtype, "workspace"))
+                acc = self.scope.workspace(f"carry{n}_{j}", info.shape, info.dtype)
             bufs.append(acc)
             if init in self.writer and all(u == n for u in g.users(init)) and init not in self.wants:
                 self.wants[init] = [acc]
@@ -248,8 +277,7 @@ class _Body:
                     except NeedsCopy as need:
                         src = need.src
                         info = g.info(src)
-                        tmp = st.full_access(self.scope.add_buffer(f"ws{src}_c", info.shape, info.dtype,
-                                                                   "workspace"))
+                        tmp = self.scope.workspace(f"ws{src}_c", info.shape, info.dtype)
                         self._copy(src, tmp)
                         self.storage[src] = tmp
                 self.items.append(prog)
@@ -299,7 +327,7 @@ class _Body:
                 del self.wants[n]
         else:
             info = self.g.info(n)
-            acc = st.full_access(self.scope.add_buffer(f"ws{n}", info.shape, info.dtype, "workspace"))
+            acc = self.scope.workspace(f"ws{n}", info.shape, info.dtype)
         self.storage[n] = acc
         return acc
 
@@ -332,7 +360,7 @@ class _Body:
                 # a reshape of a box that is not one contiguous run: copy it first
                 src = node["inputs"][0]
                 info = g.info(src)
-                tmp = st.full_access(self.scope.add_buffer(f"ws{src}_c", info.shape, info.dtype, "workspace"))
+                tmp = self.scope.workspace(f"ws{src}_c", info.shape, info.dtype)
                 self._copy(src, tmp)
                 self.storage[src] = tmp
                 acc = _derive_access(g, n, self.storage, self.scope)
@@ -365,7 +393,7 @@ class _Body:
             self.storage[n] = home
             return
         info = g.info(n)
-        home = st.full_access(self.scope.add_buffer(f"ws{n}", info.shape, info.dtype, "workspace"))
+        home = self.scope.workspace(f"ws{n}", info.shape, info.dtype)
         self._copy(d, home)
         self._copy(s, st.view_access(home, offsets, g.info(s).shape))
         self.storage[n] = home
@@ -431,6 +459,8 @@ class _Body:
         wants = {}
         for j, o in enumerate(body.outputs):
             wants.setdefault(o.node, []).append(bufs[j])
+        last = attrs["start"] + (sympy.ceiling((attrs["stop"] - attrs["start"]) / attrs["step"]) - 1) * attrs["step"]
+        self.scope.loop_vars[attrs["var"]] = (attrs["start"], sym.simplify(last))
         items = _Body(body, self.scope, body_storage, wants, mutable, True).run()
         self.items.append(TileLoop(attrs["var"], attrs["start"], attrs["stop"], attrs["step"], items, node["loc"]))
 

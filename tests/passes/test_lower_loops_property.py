@@ -12,7 +12,7 @@ from .passes_helpers import assert_match
 
 F32 = pypto.float32
 KINDS = ["blocks", "recurrence", "accum", "view_before_write", "carried_reduce", "nested", "two_carried",
-         "blocks_reduce", "scan_rows"]
+         "blocks_reduce", "scan_rows", "col_blocks", "matmul_k_blocks", "online_max", "carried_view_sum"]
 UNARY = ["exp", "neg", "tanh", "abs"]
 
 
@@ -70,6 +70,36 @@ def build(kind, block, un):
                 s[:, :] = s + x[i:i + 1]
                 m[i:i + 1] = s * y[i:i + 1]
             return s * 1, m
+        if kind == "col_blocks":             # column blocks of every row, the last one a tail
+            out = pypto.zeros(n, c)
+            for j in pypto.loop(pypto.ceildiv(c, block)):
+                w = pypto.min(block, c - j * block)
+                v = pypto.view(x, [n, block], [0, j * block], valid_shape=[n, w])
+                out[:, j * block:j * block + w] = _un(un, v) - pypto.amax(v, 0, keepdim=True)
+            return out
+        if kind == "matmul_k_blocks":        # y^T x accumulated over row blocks of both (K split by the loop)
+            acc = pypto.zeros(c, c)
+            for i in pypto.loop(pypto.ceildiv(n, block)):
+                r = pypto.min(block, n - i * block)
+                xv = pypto.view(x, [block, c], [i * block, 0], valid_shape=[r, c])
+                yv = pypto.view(y, [block, c], [i * block, 0], valid_shape=[r, c])
+                acc[:, :] = acc + yv.transpose(0, 1) @ _un(un, xv)
+            return acc
+        if kind == "online_max":             # a running max and a rescaled running sum, as in flash attention
+            m = pypto.full((1, c), -1e30, F32)
+            s = pypto.zeros(1, c)
+            for i in pypto.loop(n):
+                row = x[i:i + 1]
+                m_new = pypto.maximum(m, row)
+                s[:, :] = s * (m - m_new).exp() + (row - m_new).exp()
+                m[:, :] = m_new
+            return s * 1, m * 1
+        if kind == "carried_view_sum":       # a view of the carried tensor read after the tensor was written
+            out = pypto.zeros(n, c)
+            head = out[0:1]
+            for i in pypto.loop(n):
+                out[i:i + 1] = x[i:i + 1] + head * 0.5
+            return out, head * 1
         # scan_rows: a running sum kept in the output, row i read back as row i + 1's base
         out = pypto.zeros(n, c)
         out[0:1] = x[0:1]

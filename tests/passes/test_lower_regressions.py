@@ -53,3 +53,20 @@ def test_programs_that_did_not_compile(case):
     fn, shape = COMPILE_FAILURES[case]
     g = torch.Generator().manual_seed(2)
     sim_vs_reference(fn, torch.rand(shape, generator=g) - 0.5, tol=(1e-4, 1e-4))
+
+
+def test_loop_value_sized_by_the_loop_index_gets_a_bounded_workspace():
+    # a tail block's value (rows Min(4, n - 4 i)) kept in GM for a matmul: its workspace was sized by the
+    # loop index, which no launch binds (SymbolicError at run time); now the bounding [4, c] box
+    def fn(x, y):
+        n, c = x.shape
+        acc = pypto.zeros(c, c)
+        for i in pypto.loop(pypto.ceildiv(n, 4)):
+            r = pypto.min(4, n - i * 4)
+            xv = pypto.view(x, [4, c], [i * 4, 0], valid_shape=[r, c])
+            yv = pypto.view(y, [4, c], [i * 4, 0], valid_shape=[r, c])
+            acc[:, :] = acc + yv.transpose(0, 1) @ xv.tanh()
+        return acc
+    g = torch.Generator().manual_seed(3)
+    for n in (5, 1):
+        sim_vs_reference(fn, torch.rand(n, 17, generator=g), torch.rand(n, 17, generator=g), tol=(1e-5, 1e-5))
