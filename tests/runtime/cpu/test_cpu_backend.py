@@ -195,23 +195,27 @@ def test_npu_backend_is_guarded():
 
 
 def test_launches_in_a_forked_child():
-    """The worker threads do not survive fork(): a child starts its own instead of waiting on them."""
+    """The worker threads do not survive fork(): a child starts its own instead of waiting on them.
+    (The child runs no torch compute: torch's OpenMP pool is not fork-safe.)"""
     import os
     import time
     x = torch.randn(64, 256)
     cpu.run(scale_then_softmax_graph(), {"x": x}, {}, threads=2)     # the parent's pool is up
+    z = torch.full((64, 256), float("nan")).share_memory_()
     pid = os.fork()
     if pid == 0:
+        code = 1
         try:
-            out, _ = cpu.run(scale_then_softmax_graph(), {"x": x}, {}, threads=2)
-            ok = torch.allclose(out["z"], torch.softmax(0.5 * x, -1), rtol=1e-5, atol=1e-6)
+            cpu.run(scale_then_softmax_graph(), {"x": x, "z": z}, {}, threads=2)
+            code = 0
         finally:
-            os._exit(0 if locals().get("ok") else 1)
+            os._exit(code)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+            torch.testing.assert_close(z, torch.softmax(0.5 * x, -1), rtol=1e-5, atol=1e-6)
             return
         time.sleep(0.05)
     os.kill(pid, 9)
