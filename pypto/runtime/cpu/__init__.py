@@ -58,8 +58,8 @@ class KernelSet:
 
 
 def build(kernels, machine=None) -> tuple[KernelSet, compiler.BuildResult | None]:
-    """Generate the kernels' sources and find each compiled in an already loaded library, or compile
-    them all into one (cached on disk by content). ``kernels``: a list or a dict name -> Kernel.
+    """Generate the kernels' sources and find each compiled in an already loaded library; compile
+    the others into one (cached on disk by content). ``kernels``: a list or a dict name -> Kernel.
     Returns the kernel set and the build result (None when everything was already loaded)."""
     spec = _machine(machine)
     by_name = kernels if isinstance(kernels, dict) else {k.name: k for k in kernels}
@@ -70,20 +70,25 @@ def build(kernels, machine=None) -> tuple[KernelSet, compiler.BuildResult | None
     module = generate_module(list(by_name.values()), spec)
     digests = {name: hashlib.sha256(module.files[f"kernels/{abi.ident}.cpp"].encode()).hexdigest()
                for name, abi in module.abis.items()}
-    if all(d in _BY_SOURCE for d in digests.values()):
+    entries = {n: _BY_SOURCE[d] for n, d in digests.items() if d in _BY_SOURCE}
+    if len(entries) == len(digests):
         STATS.cache_hits += 1
-        _remember(by_name, {n: _BY_SOURCE[d] for n, d in digests.items()}, spec)
-        return KernelSet({n: _BY_SOURCE[d] for n, d in digests.items()}), None
+        _remember(by_name, entries, spec)
+        return KernelSet(entries), None
+    missing = {n: by_name[n] for n in digests if n not in entries}
+    if entries:           # only the kernels no loaded library has are compiled
+        module = generate_module(list(missing.values()), spec)
     result = compiler.build(module.files)
-    result.kernels = len(by_name)
+    result.kernels = len(missing)
     lib = _LOADED.get(result.key)
     if lib is None:
-        lib = KernelLibrary(result.library, module.abis, by_name)
+        lib = KernelLibrary(result.library, module.abis, missing)
         _LOADED[result.key] = lib
-    for name, d in digests.items():
-        _BY_SOURCE[d] = (lib, name)
-    _remember(by_name, {n: (lib, n) for n in digests}, spec)
-    return KernelSet({n: (lib, n) for n in digests}), result
+    for name in missing:
+        _BY_SOURCE[digests[name]] = (lib, name)
+        entries[name] = (lib, name)
+    _remember(by_name, entries, spec)
+    return KernelSet(entries), result
 
 
 def _remember(by_name, entries, spec):

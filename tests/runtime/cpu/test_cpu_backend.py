@@ -221,3 +221,16 @@ def test_launches_in_a_forked_child():
     os.kill(pid, 9)
     os.waitpid(pid, 0)
     pytest.fail("the forked child's launch hung")
+
+
+def test_only_kernels_not_yet_loaded_are_compiled():
+    first = ck.scale_rows(F32, rows=8, cols=96)            # sizes no other test builds
+    cpu.build([first])
+    second = ck.softmax_rows(F32, rows=8, cols=96)
+    kernels, result = cpu.build([ck.scale_rows(F32, rows=8, cols=96), second])
+    assert result is not None and result.kernels == 1     # the softmax alone
+    assert kernels.entries[first.name][0] is not kernels.entries[second.name][0]
+    x = torch.randn(20, 96)
+    y = torch.empty_like(x)
+    cpu.run_kernel(second, {"x": x, "y": y}, block_dim=2)
+    torch.testing.assert_close(y, torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
