@@ -47,21 +47,26 @@ class _Region:
     """Happens-before over a loop body (doubled, so chains may cross the back edge) or the program
     root, with if/else branches expanded in place. Each item carries its condition path (which copy
     of the body, then which branches); a chain between two flags may only pass through items that
-    run whenever both flags do: those whose condition path is a prefix of either end's."""
+    run whenever both flags do: those whose condition path is a prefix of either end's.
+
+    Nodes are (item position, pipe); every edge goes to a later position (a pipe's later items, the
+    wait that consumes a set), so position order is a topological order. For one set of allowed
+    condition paths, one backward sweep gives every wait node the bitset of the nodes it reaches
+    through allowed nodes; a query is then a bit test (the sweep is memoised per allowed set)."""
 
     def __init__(self, stmts, chan_of, loop: bool):
         self.items = []                     # (stmt, cond) in program order
         for copy_index in range(2 if loop else 1):
             self._flatten(stmts, (copy_index,))
         self.index = {}
-        self.succ = defaultdict(list)
-        on_pipe = defaultdict(list)
+        self.bit = {}                       # (pos, pipe) -> bit index
+        self.node_list = []                 # (pos, pipe, cond) in position order
         for pos, (stmt, cond) in enumerate(self.items):
             self.index.setdefault((id(stmt), cond[0]), pos)
             for pipe in _pipes(stmt):
-                for earlier in on_pipe[pipe]:
-                    self.succ[earlier].append((pos, pipe))
-                on_pipe[pipe].append((pos, pipe))
+                self.bit[(pos, pipe)] = len(self.node_list)
+                self.node_list.append((pos, pipe, cond))
+        self.wait_of = {}                   # set node -> the wait node consuming it
         pending = {}
         for pos, (stmt, cond) in enumerate(self.items):
             if isinstance(stmt, SetFlag):
@@ -69,7 +74,10 @@ class _Region:
             elif isinstance(stmt, WaitFlag):
                 src = pending.pop((chan_of[id(stmt)], cond), None)
                 if src is not None:
-                    self.succ[src].append((pos, stmt.dst))
+                    self.wait_of[src] = (pos, stmt.dst)
+        self.sources = {w for w in self.wait_of.values()}
+        self.sources |= {(pos, s.dst) for pos, (s, _) in enumerate(self.items) if isinstance(s, WaitFlag)}
+        self._reach: dict = {}              # frozenset(allowed conds) -> {wait node: reach bitset}
         self.per_copy = len(self.items) // (2 if loop else 1)
 
     def _flatten(self, stmts, cond):
@@ -85,21 +93,29 @@ class _Region:
         s = self.items[pos][0]
         return (pos, s.src if isinstance(s, SetFlag) else s.dst)
 
+    def _sweep(self, allowed: frozenset) -> dict:
+        """node -> bitset of the nodes it reaches, intermediate nodes restricted to ``allowed`` conds;
+        kept for wait nodes only (query sources and set -> wait edge targets)."""
+        keep = {}
+        tail = defaultdict(int)             # pipe -> reach of any later node of that pipe
+        for i in range(len(self.node_list) - 1, -1, -1):
+            pos, pipe, cond = self.node_list[i]
+            out = tail[pipe]
+            w = self.wait_of.get((pos, pipe))
+            if w is not None:
+                out |= (1 << self.bit[w]) | (keep[w] if self.node_list[self.bit[w]][2] in allowed else 0)
+            if (pos, pipe) in self.sources:
+                keep[(pos, pipe)] = out
+            tail[pipe] |= (1 << i) | (out if cond in allowed else 0)
+        return keep
+
     def before(self, a, b) -> bool:
         ca, cb = self.items[a[0]][1], self.items[b[0]][1]
-
-        def ok(n):
-            c = self.items[n[0]][1]
-            return ca[:len(c)] == c or cb[:len(c)] == c
-        seen, stack = set(), [a]
-        while stack:
-            for nxt in self.succ.get(stack.pop(), ()):
-                if nxt == b:
-                    return True
-                if nxt not in seen and ok(nxt):
-                    seen.add(nxt)
-                    stack.append(nxt)
-        return False
+        allowed = frozenset(ca[:k] for k in range(len(ca) + 1)) | frozenset(cb[:k] for k in range(len(cb) + 1))
+        reach = self._reach.get(allowed)
+        if reach is None:
+            reach = self._reach[allowed] = self._sweep(allowed)
+        return bool((reach[a] >> self.bit[b]) & 1)
 
 
 def _occurrences(stmts, chan_of, out, region):
