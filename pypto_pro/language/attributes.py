@@ -59,13 +59,17 @@ def _section_core(parser, call) -> CoreType:
     return parser.section.core
 
 
-def slot_value(parser, group: TileGroup, index: int, acquire: bool, node=None, frame=None):
+def slot_value(parser, group: TileGroup, index: int, acquire: bool, node=None, frame=None, call=None):
     slot = group.slots[index]
     if group.workspace is None:
         return TileValue(slot)
     core = parser.section.core if parser.section is not None else None
     key = (group.uid, core, index)
     uses = parser.__dict__.setdefault("_ws_use_of", {})
+    if acquire:
+        parser.ws_acquired.append(key)
+    elif call is not None:
+        _note_reference(call, slot, key, uses.get(key))
     if acquire or key not in uses:
         parser.ws_uses += 1
         uses[key] = (parser.ws_uses, parser.section.current if parser.section is not None else None)
@@ -74,6 +78,15 @@ def slot_value(parser, group: TileGroup, index: int, acquire: bool, node=None, f
     rows = group.ttype.shape[0]
     base = (BLOCK_IDX * ws.rows_per_block + index * rows, 0)
     return TensorValue(ws.param, ws.dtype, tuple(group.ttype.shape), base, slot, uses[key])
+
+
+def _note_reference(call, slot, key, use) -> None:
+    """A reference that does not acquire (current/previous/at/peek) inside a run-time loop, to a use of the
+    slot acquired before the loop's body: if the loop acquires the same slot again, from the second
+    iteration on the reference means another iteration's acquisition (loops.check_workspace_references)."""
+    for scope in call.frame.loops:
+        if scope.ws_refs is not None and (use is None or use[0] <= scope.ws_start):
+            scope.ws_refs.append((key, slot, call))
 
 
 def _next(parser, call, group: TileGroup):
@@ -93,7 +106,7 @@ def _previous_slot(parser, call, group: TileGroup, back: int):
     if not cur.known:
         raise call.error(f"the current slot of {group.name} depends on a run-time trip count or branch here",
                          hint=f"call {group.name}.next() again, or index the slot explicitly: {group.name}[i]")
-    return slot_value(parser, group, (cur.pos - back) % group.depth, acquire=False)
+    return slot_value(parser, group, (cur.pos - back) % group.depth, acquire=False, call=call)
 
 
 def _current(parser, call, group):
@@ -116,7 +129,7 @@ def _at(parser, call, group):
     if not isinstance(i, int) or isinstance(i, bool) or not -group.depth <= i < group.depth:
         raise call.error(f"{group.name}.at(i) takes a compile-time slot index in 0..{group.depth - 1}", at=0)
     _section_core(parser, call)
-    return slot_value(parser, group, i % group.depth, acquire=False)
+    return slot_value(parser, group, i % group.depth, acquire=False, call=call)
 
 
 def _relative(acquire: bool):
@@ -131,7 +144,7 @@ def _relative(acquire: bool):
             raise call.error(f"{group.name}.{name}(k) takes a compile-time int", at=0)
         _section_core(parser, call)
         cur = parser.cursor(group)
-        return slot_value(parser, group, (cur.pos + k) % group.depth, acquire=acquire)
+        return slot_value(parser, group, (cur.pos + k) % group.depth, acquire=acquire, call=call)
     return handler
 
 

@@ -50,7 +50,9 @@ def runtime_loop(parser, node, frame) -> None:
     entry = parser.state()
     hi = norm(stop - 1) if isinstance(step, int) else stop - 1
     parser.loop_ranges[var] = (start, hi)
-    scope = LoopScope(set(frame.env), var, span, carried=carried_names(node.body))
+    scope = LoopScope(set(frame.env), var, span, carried=carried_names(node.body),
+                      ws_refs=[], ws_start=parser.ws_uses)
+    acquired_before = len(parser.ws_acquired)
     scope.bound_inside.add(name)
     frame.loops.append(scope)
     frame.rt_depth += 1
@@ -76,6 +78,7 @@ def runtime_loop(parser, node, frame) -> None:
         frame.rt_depth -= 1
         frame.loops.pop()
         parser.loop_ranges.pop(var, None)
+    check_workspace_references(scope, parser.ws_acquired[acquired_before:])
     attrs = {"unroll": period} if period > 1 else {}
     loop = For(var, start, stop, norm(step * period), body, attrs, loc=span.loc)
     parser.remember(loop)
@@ -89,19 +92,35 @@ def runtime_loop(parser, node, frame) -> None:
             del parser.valid_facts[uid]
 
 
+def check_workspace_references(scope: LoopScope, acquired: list) -> None:
+    """A workspace slot the body refers to (current/previous/at/peek) through a use acquired before the
+    body, while some copy of the body acquires that slot again: from the second iteration on, the
+    reference would mean the slot as an earlier iteration acquired it, and the cross-core flags bracket a
+    use only inside the statement list where it was acquired (cross_core). Refused."""
+    acquired = set(acquired)
+    for key, slot, call in scope.ws_refs:
+        if key in acquired:
+            raise call.error(f"workspace slot {slot.name} is used outside the statement list where it was "
+                             "acquired: this loop acquires the slot again, so here it would be the one an "
+                             "earlier iteration (or the code before the loop) acquired",
+                             hint="acquire the slot with next() in the iteration that uses it; to keep data "
+                                  "for a later iteration, copy it into an on-chip tile")
+
+
 def _static_trip(start, stop, step):
     if all(isinstance(v, int) for v in (start, stop, step)):
         return max(0, -(-(stop - start) // step))
     return None
 
 
-def _period(parser, node, frame, name, var, step) -> int:
+def _period(parser, node, frame, name, var, step) -> tuple:
     """Parse the body once into a scratch list to see how far each tile-group cursor moves per iteration."""
     sec = parser.section
     snap = (parser.state(), sec.snapshot(), dict(frame.env), len(parser.slots), len(parser.groups),
             len(parser.workspaces), parser.ws_uses, set(parser.var_names), dict(getattr(parser, "_ws_use_of", {})),
             dict(parser.pipeline_loops))
     before = {k: c.pos for k, c in parser.cursors.items()}
+    acquired_before = len(parser.ws_acquired)
     written_before = set(parser.written_slots)
     parser.written_slots = set()
     scope = LoopScope(set(frame.env), var, frame.span(node), carried=carried_names(node.body))
@@ -117,6 +136,7 @@ def _period(parser, node, frame, name, var, step) -> int:
         frame.rt_depth -= 1
         frame.loops.pop()
     after = {k: c.pos for k, c in parser.cursors.items()}
+    del parser.ws_acquired[acquired_before:]          # the real parse acquires again
     written = parser.written_slots
     parser.written_slots = written_before | written
     period, deltas = 1, {}

@@ -63,6 +63,10 @@ class LoopScope:
     span: Span
     bound_inside: set = field(default_factory=set)
     carried: set = field(default_factory=set)     # names the body reads before it assigns them
+    # workspace slots referred to without acquiring them, by a use acquired before the body (see
+    # attributes._refer_across_iterations); None while the body is only dry-run (loops._period)
+    ws_refs: list | None = None
+    ws_start: int = 0                   # the last workspace use id before the body
 
 
 def carried_names(body) -> set:
@@ -248,6 +252,7 @@ class Parser:
         self.written_slots: set = set()   # slots an op has written (a loop's probe reads this)
         self.loop_ranges: dict = {}       # loop var -> (lo, hi) inclusive, for proving tails full
         self.ws_uses = 0
+        self.ws_acquired: list = []       # every workspace slot acquisition, in parse order (see loops._period)
         self.manual_sync = False
         self.manual_sync_span: Span | None = None
         self.var_names: set = set()

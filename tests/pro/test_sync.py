@@ -1,5 +1,7 @@
 """Synchronisation: automatic set/wait pairing (checked by the simulator's race, event and deadlock
 checks), manual sync with one sync removed caught as a race, cross-core flags, event-id limits."""
+import inspect
+
 import pytest
 import torch
 
@@ -220,3 +222,69 @@ def test_deep_workspace_fifo_in_another_order_is_caught_as_a_gm_race():
     order = [1, 0] + list(range(2, 9))
     with pytest.raises(SimError, match="race on GM"):
         deep_fifo_kernel(order)[None, 1](x, w, torch.zeros(144, 16), order)
+
+
+def workspace_reuse_kernel(mode: str):
+    """The vectors hand row blocks of x to the cube through a 2-slot GM workspace group; the cube computes
+    y = x @ w. ``mode`` "pairs": each cube iteration takes two slots and reads the older one again through
+    previous() after the newer next() (one iteration, legal); "across": each iteration takes one slot and
+    also reads previous(), the slot an earlier iteration acquired (refused at compile time)."""
+    def ws_reuse(x: pl.Tensor[[pl.DYNAMIC, 16], F16], w: pl.Tensor[[16, 16], F16],
+                 y: pl.Tensor[[pl.DYNAMIC, 16], pl.DT_FP32], mode: str):
+        ws = pl.make_tile_group(pl.TileType([16, 16], F16, pl.MemorySpace.GM), depth=2)
+        xv = pl.make_tile(pl.TileType([8, 16], F16, VEC), addr=0x0)
+        x1 = pl.make_tile(pl.TileType([16, 16], F16, pl.MemorySpace.Mat), addr=0x0)
+        w1 = pl.make_tile(pl.TileType([16, 16], F16, pl.MemorySpace.Mat), addr=0x1000)
+        x0 = pl.make_tile(pl.TileType([16, 16], F16, pl.MemorySpace.Left), addr=0x0)
+        w0 = pl.make_tile(pl.TileType([16, 16], F16, pl.MemorySpace.Right), addr=0x0)
+        c0 = pl.make_tile(pl.TileType([16, 16], pl.DT_FP32, pl.MemorySpace.Acc), addr=0x0)
+        with pl.section_vector():
+            row0 = pl.get_subblock_idx() * 8
+            for i in pl.range(x.shape[0] // 16):
+                pl.load(xv, x, [i * 16 + row0, 0])
+                pl.store(ws.next(), xv, [row0, 0])
+        with pl.section_cube():
+            pl.load(w1, w, [0, 0])
+            pl.move(w0, w1)
+            if mode == "pairs":
+                for i in pl.range(x.shape[0] // 32):
+                    ws.next()
+                    pl.load(x1, ws.next())
+                    pl.move(x0, x1)
+                    pl.matmul(c0, x0, w0)
+                    pl.store(y, c0, [i * 32 + 16, 0])
+                    pl.load(x1, ws.previous())          # the older slot, acquired in this iteration
+                    pl.move(x0, x1)
+                    pl.matmul(c0, x0, w0)
+                    pl.store(y, c0, [i * 32, 0])
+            else:
+                for i in pl.range(x.shape[0] // 16):
+                    pl.load(x1, ws.next())
+                    pl.move(x0, x1)
+                    pl.load(x1, ws.previous())          # the slot of the previous iteration
+                    pl.matmul(c0, x0, w0)
+                    pl.store(y, c0, [i * 16, 0])
+    return ws_reuse
+
+
+@pytest.mark.parametrize("rows", [64, 96])
+def test_workspace_previous_after_next_in_one_iteration(rows):
+    torch.manual_seed(1)
+    x, w = torch.randn(rows, 16, dtype=torch.float16), torch.randn(16, 16, dtype=torch.float16)
+    y = torch.zeros(rows, 16)
+    pl.jit(workspace_reuse_kernel("pairs"))[None, 1](x, w, y, "pairs")
+    torch.testing.assert_close(y, x.float() @ w.float(), rtol=1e-3, atol=1e-3)
+
+
+def test_workspace_slot_of_an_earlier_iteration_is_refused_with_a_caret():
+    """previous() after a newer next() reaching back into the previous iteration used to deadlock in the
+    simulator (the reader took the slot's `full` flag twice per writer set)."""
+    fn = workspace_reuse_kernel("across")
+    x, w = torch.randn(64, 16, dtype=torch.float16), torch.randn(16, 16, dtype=torch.float16)
+    with pytest.raises(pl.ParseError, match="used outside the statement list where it was acquired") as info:
+        pl.jit(fn).compile(x, w, torch.zeros(64, 16), "across")
+    lines, first = inspect.getsourcelines(fn)
+    line = next(first + i for i, s in enumerate(lines) if "the slot of the previous iteration" in s)
+    col = lines[line - first].index("ws.previous()")
+    assert (info.value.span.line, info.value.span.col) == (line, col)
+    assert "^" in str(info.value)
