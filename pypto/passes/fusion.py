@@ -107,7 +107,9 @@ def _fits_whole(g, nid, sp, ub, alignment=32) -> bool:
         if not _static(d.size):
             return False
         elems *= d.size
-    itemsize = max(4, g.info(nid).dtype.itemsize)
+    # (an arg-reduction's int64 indices are one value per reduced row: its input is the wide tile)
+    sized = g.node(nid)["inputs"][0] if g.op(nid) in NO_SEQUENTIAL else nid
+    itemsize = max(4, g.info(sized).dtype.itemsize)
     # along rows (the input's innermost dim kept), a tile is at least one aligned block of columns wide
     # (of the narrowest dtype a fused cast may bring: 2 bytes)
     inner = next((d for d in reversed(sp.in_maps[0]) if d is not None), None) if sp.in_maps else None

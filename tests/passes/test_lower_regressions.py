@@ -41,6 +41,7 @@ COMPILE_FAILURES = {
     # was over the UB ("no tile of this fused group fits the 196608-byte UB"); now two-level / blockwise
     "sum_4160_rows": (lambda x: pypto.sum(x, 0), (4160, 17)),
     "argmax_2048_rows": (lambda x: pypto.argmax(x, 0), (2048, 17)),
+    "argmax_260_rows": (lambda x: pypto.argmax(pypto.concat([x, x * 2], 0), 0), (130, 17)),
     "cumsum_2000_rows": (lambda x: pypto.cumsum(x, 0), (2000, 17)),
     "cumsum_1024_rows_f16": (lambda x: pypto.cast(pypto.cumsum(pypto.cast(x, pypto.float16), 0), pypto.float32),
                              (1024, 17)),
