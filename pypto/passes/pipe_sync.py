@@ -101,6 +101,13 @@ class PipeSync:
             ch = self.channels[key] = Channel(src, dst, key)
         return ch
 
+    def _hands(self, ch: Channel, rs) -> None:
+        """Record that ``ch`` hands ``rs`` over, in the real pass only: a dry run of a loop body starts from
+        unknown states and may transfer a resource the real pass receives pending on a carried event, and
+        event_alloc lets channels handing a common buffer share an event id."""
+        if self.first is None:
+            ch.resources |= set(rs)
+
     def _set(self, ch: Channel, loc=None) -> SetFlag:
         s = SetFlag(ch.src, ch.dst, -1, loc=loc)
         self.chan_of[id(s)] = ch
@@ -165,14 +172,14 @@ class PipeSync:
                 # coalesce: the previous q->p transfer of this list is waited before an earlier
                 # instruction of p; moving its set after this transfer's source covers both
                 ch, set_stmt, set_idx, wait_idx = prev
-                ch.resources |= set(rs)
+                self._hands(ch, rs)
                 if idx > set_idx:
                     seq.after[set_idx].remove(set_stmt)
                     seq.insert_after(idx, set_stmt)
                     seq.open_xfer[(q, p)] = (ch, set_stmt, idx, wait_idx)
                 continue
             ch = self.channel(("xfer", id(ins), q, p), q, p)
-            ch.resources |= set(rs)
+            self._hands(ch, rs)
             set_stmt = self._set(ch, ins.loc)
             seq.insert_after(idx, set_stmt)
             wait_idx = seq.append(self._wait(ch, ins.loc))
@@ -207,7 +214,7 @@ class PipeSync:
                 transfers.setdefault((st[1], want), []).append(r)
         for (q, p), rs in transfers.items():
             ch = self.channel(("conv", site, q, p), q, p)
-            ch.resources |= set(rs)
+            self._hands(ch, rs)
             self._place_set(seq, [self.last.get(r) for r in rs], ch, loc)
             idx = seq.append(self._wait(ch, loc))
             for r in rs:
@@ -218,7 +225,7 @@ class PipeSync:
             if tgt[0] == "pend" and self.state.get(r) != tgt:
                 releases.setdefault(tgt[1], []).append(r)
         for ch, rs in releases.items():
-            ch.resources |= set(rs)
+            self._hands(ch, rs)
             self._place_set(seq, [self.last.get(r) for r in rs], ch, loc)
             for r in rs:
                 self.state[r] = ("pend", ch)
@@ -323,7 +330,7 @@ class PipeSync:
                 group = self.copy_of.get(origin, origin)
                 loop_id = self.loop_src.get(id(s), id(s))
                 ch = self.channel(("carry", loop_id, q, f, group), q, f)
-                ch.resources.add(r)
+                self._hands(ch, [r])
                 targets[r] = ("pend", ch)
         return targets
 
