@@ -101,7 +101,7 @@ def vector_tiles(tiler, sizes, modes) -> list:
     if modes & {"trans", "trans_rows1"}:          # the transposing load needs its rows and columns aligned for both dtypes
         for k in (canon.col, canon.row):
             if k is not None and k not in fixed and isinstance(sizes[k], int) and sizes[k] > 16:
-                fixed[k] = min(64, -(-sizes[k] // 16) * 16)
+                fixed[k] = min(64 if getattr(tiler, "ub_scale", 1.0) >= 1 else 16, -(-sizes[k] // 16) * 16)
     if hinted is not None:
         for k in range(n):
             tiles[k] = fixed[k] if k in fixed and (canon.roles[k] == "whole" or canon.kind(k) == "grid"

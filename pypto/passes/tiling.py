@@ -305,7 +305,13 @@ class _Body:
                                 self.scope.machine, name)
             tiler.ub_scale = scale
             return tiler.build()
-        prog = build(1.0)
+        try:
+            prog = build(1.0)
+        except TilingError as first:
+            try:
+                prog = build(0.5)    # transposing loads then take narrower tiles
+            except TilingError:
+                raise first from None
         if _ub_fits(prog, self.scope.machine):
             return prog
         for scale in (0.5, 0.25, 0.125):

@@ -42,6 +42,7 @@ COMPILE_FAILURES = {
     "sum_4160_rows": (lambda x: pypto.sum(x, 0), (4160, 17)),
     "argmax_2048_rows": (lambda x: pypto.argmax(x, 0), (2048, 17)),
     "argmax_260_rows": (lambda x: pypto.argmax(pypto.concat([x, x * 2], 0), 0), (130, 17)),
+    "sum_rows_of_transposed_where": (lambda x: pypto.sum(pypto.where(x.t() > 0, x.t(), x.t() * 0.5), 0), (130, 130)),
     "cumsum_2000_rows": (lambda x: pypto.cumsum(x, 0), (2000, 17)),
     "cumsum_1024_rows_f16": (lambda x: pypto.cast(pypto.cumsum(pypto.cast(x, pypto.float16), 0), pypto.float32),
                              (1024, 17)),
