@@ -150,19 +150,22 @@ def default_per_head(rule: str, backend: Optional[str]) -> bool:
     return rule == "recurrent" and (backend or pypto.get_backend()) != "reference"
 
 
-def _run_rule(name, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
-              use_qk_l2norm_in_kernel, backend, per_head, extra, jit_options):
+def _prepare(q, k, v, g, beta, scale, initial_state, cu_seqlens):
+    """Checked sizes, the scale, the fp32 state to update in place and the zeroed output."""
     try:
         d = _check_gdn_inputs(q, k, v, g, beta, initial_state, cu_seqlens)
     except ValueError as e:
         _fail(str(e))
-    if scale is None:
-        scale = d.K ** -0.5
     if initial_state is None:
         state = torch.zeros(d.N, d.HV, d.K, d.V, dtype=torch.float32)
     else:
         state = initial_state.detach().to(torch.float32, copy=True).contiguous()
-    o = torch.zeros(v.shape, dtype=v.dtype)
+    return d, d.K ** -0.5 if scale is None else scale, state, torch.zeros(v.shape, dtype=v.dtype)
+
+
+def _run_rule(name, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
+              use_qk_l2norm_in_kernel, backend, per_head, extra, jit_options):
+    d, scale, state, o = _prepare(q, k, v, g, beta, scale, initial_state, cu_seqlens)
     lengths, state_rows = None, None
     if cu_seqlens is not None:
         cu = [int(c) for c in torch.as_tensor(cu_seqlens).tolist()]
@@ -236,17 +239,7 @@ def _pro_unsupported(q, k, v, chunk_size, backend, cube_dtype) -> Optional[str]:
 
 def _run_pro(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel,
              chunk_size, backend, cube_dtype, jit_options):
-    try:
-        d = _check_gdn_inputs(q, k, v, g, beta, initial_state, cu_seqlens)
-    except ValueError as e:
-        _fail(str(e))
-    if scale is None:
-        scale = d.K ** -0.5
-    if initial_state is None:
-        state = torch.zeros(d.N, d.HV, d.K, d.V, dtype=torch.float32)
-    else:
-        state = initial_state.detach().to(torch.float32, copy=True).contiguous()
-    o = torch.zeros(v.shape, dtype=v.dtype)
+    d, scale, state, o = _prepare(q, k, v, g, beta, scale, initial_state, cu_seqlens)
     sequences = None
     if cu_seqlens is not None:
         cu = [int(c) for c in torch.as_tensor(cu_seqlens).tolist()]

@@ -17,6 +17,8 @@ from models.qwen3_next import GDNArgumentError, chunk_gated_delta_rule
 from models.qwen3_next import pro_kernels
 from models.qwen3_next.reference import recurrent_gated_delta_rule_ref
 
+from gdn_data import gdn_inputs
+
 TOL = {torch.float32: 1e-5, torch.bfloat16: 5e-3}
 DIMS = dict(H=1, HV=2, K=32, V=32)
 
@@ -24,22 +26,6 @@ DIMS = dict(H=1, HV=2, K=32, V=32)
 def rel_err(actual, expected):
     expected = expected.double()
     return ((actual.double() - expected).norm() / expected.norm()).item()
-
-
-def gdn_inputs(B, T, H, HV, K, V, dtype, seed=0, N=None, with_state=True, decay="mild"):
-    gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(B, T, H, K, generator=gen)
-    k = torch.randn(B, T, H, K, generator=gen)
-    v = torch.randn(B, T, HV, V, generator=gen)
-    if decay == "mild":
-        g = F.logsigmoid(torch.randn(B, T, HV, generator=gen) + 2.0)
-    else:                      # e^g down to e^-30, and tokens without decay
-        g = -30.0 * torch.rand(B, T, HV, generator=gen)
-        g[:, ::7] = 0.0
-    beta = torch.rand(B, T, HV, generator=gen)
-    S0 = 0.5 * torch.randn(N or B, HV, K, V, generator=gen) if with_state else None
-    q, k, v, g, beta = (x.to(dtype) for x in (q, k, v, g, beta))
-    return q, k, v, g, beta, S0
 
 
 def check(backend, inputs, tol, **kwargs):

@@ -24,6 +24,8 @@ from models.qwen3_next.functional import kernel_function
 from models.qwen3_next.reference import (causal_conv1d_ref, causal_conv1d_update_ref, gated_deltanet_layer_ref,
                                          make_random_weights, recurrent_gated_delta_rule_ref)
 
+from gdn_data import gdn_inputs
+
 TOL = {torch.float32: 1e-5, torch.bfloat16: 5e-3}
 BACKENDS = ["reference", "sim", "cpu"]
 # this file checks the Tensor-level kernels (the Professional-mode chunk kernel: test_qwen3_next_pro.py)
@@ -65,22 +67,6 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-def gdn_inputs(B, T, H, HV, K, V, dtype, seed=0, N=None, with_state=True, decay="mild"):
-    gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(B, T, H, K, generator=gen)
-    k = torch.randn(B, T, H, K, generator=gen)
-    v = torch.randn(B, T, HV, V, generator=gen)
-    if decay == "mild":
-        g = F.logsigmoid(torch.randn(B, T, HV, generator=gen) + 2.0)
-    else:                      # e^g down to e^-30, and tokens without decay
-        g = -30.0 * torch.rand(B, T, HV, generator=gen)
-        g[:, ::7] = 0.0
-    beta = torch.rand(B, T, HV, generator=gen)
-    S0 = 0.5 * torch.randn(N or B, HV, K, V, generator=gen) if with_state else None
-    q, k, v, g, beta = (x.to(dtype) for x in (q, k, v, g, beta))
-    return q, k, v, g, beta, S0
 
 
 _oracle_cache: dict = {}
