@@ -27,6 +27,8 @@ from models.qwen3_next.reference import (
     unit_lower_triangular_inverse,
 )
 
+from gdn_data import gdn_inputs as make_gdn_inputs
+
 TOL = {torch.float32: 1e-5, torch.bfloat16: 5e-3}
 
 
@@ -61,22 +63,6 @@ def naive_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, l2n
         S = transition @ S + bt * kt[..., :, None] * v[:, t, :, None, :]
         o[:, t] = scale * (qt[..., None, :] @ S).squeeze(-2)
     return o, S
-
-
-def make_gdn_inputs(B, T, H, HV, K, V, dtype, seed=0, with_state=True, N=None, decay="mild"):
-    gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(B, T, H, K, generator=gen)
-    k = torch.randn(B, T, H, K, generator=gen)
-    v = torch.randn(B, T, HV, V, generator=gen)
-    if decay == "mild":
-        g = F.logsigmoid(torch.randn(B, T, HV, generator=gen) + 2.0)
-    else:  # strong: e^g down to e^-30, and some tokens with no decay at all
-        g = -30.0 * torch.rand(B, T, HV, generator=gen)
-        g[:, ::7] = 0.0
-    beta = torch.rand(B, T, HV, generator=gen)
-    S0 = 0.5 * torch.randn(N or B, HV, K, V, generator=gen) if with_state else None
-    q, k, v, g, beta = (x.to(dtype) for x in (q, k, v, g, beta))
-    return q, k, v, g, beta, S0
 
 
 RULES = {"recurrent": recurrent_gated_delta_rule_ref, "chunk": chunk_gated_delta_rule_ref}
@@ -336,14 +322,15 @@ def test_split_helpers_follow_hf_grouped_layout():
     cfg = Qwen3NextGDNConfig(hidden_size=8, linear_num_key_heads=2, linear_num_value_heads=6,
                              linear_key_head_dim=4, linear_value_head_dim=3)
     u, hf = unfused_weights(cfg, seed=4)
-    x = torch.randn(5, 8, dtype=torch.float64)
+    u32 = {name: w.float().double() for name, w in u.items()}      # hf holds u rounded to float32
+    x = torch.randn(5, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
     q, k, v, z, b, a = split_qkvz_ba(x @ hf["in_proj_qkvz.weight"].double().T,
                                      x @ hf["in_proj_ba.weight"].double().T, cfg)
-    assert torch.allclose(q, torch.einsum("hkd,nd->nhk", u["wq"], x))
-    assert torch.allclose(k, torch.einsum("hkd,nd->nhk", u["wk"], x))
-    assert torch.allclose(v, torch.einsum("hvd,nd->nhv", u["wv"], x))
-    assert torch.allclose(z, torch.einsum("hvd,nd->nhv", u["wz"], x))
-    assert torch.allclose(b, x @ u["wb"].T) and torch.allclose(a, x @ u["wa"].T)
+    assert torch.allclose(q, torch.einsum("hkd,nd->nhk", u32["wq"], x))
+    assert torch.allclose(k, torch.einsum("hkd,nd->nhk", u32["wk"], x))
+    assert torch.allclose(v, torch.einsum("hvd,nd->nhv", u32["wv"], x))
+    assert torch.allclose(z, torch.einsum("hvd,nd->nhv", u32["wz"], x))
+    assert torch.allclose(b, x @ u32["wb"].T) and torch.allclose(a, x @ u32["wa"].T)
     split = split_projection_weights(hf, cfg)              # hf holds u rounded to float32
     for name in ("wq", "wk", "wv", "wz", "wb", "wa"):
         assert torch.equal(split[name], u[name].float().reshape(split[name].shape)), name
