@@ -30,7 +30,7 @@ import weakref
 import sympy
 
 from ...ir.block import (BLOCK_IDX, BLOCK_NUM, SUBBLOCK_IDX, CrossCoreSetFlag, CrossCoreWaitFlag, For, GMRegion,
-                         If, Instr, Kernel, PipeBarrier, SetFlag, WaitFlag)
+                         If, Instr, Kernel, PipeBarrier, SetFlag, WaitFlag, walk)
 
 _LAUNCH_SYMBOLS = frozenset({BLOCK_IDX.name, BLOCK_NUM.name, SUBBLOCK_IDX.name})
 _READS_DST = frozenset({"TMATMUL_ACC"})       # instructions that read their destination too
@@ -228,7 +228,7 @@ def block_count_free(kernel: Kernel) -> bool:
         if isinstance(s, (CrossCoreSetFlag, CrossCoreWaitFlag)) or _statement_mentions_launch(s):
             return False
     ranges = _Ranges(block)
-    head_tiles = {o for s in _walk(head) if isinstance(s, Instr) for o in s.operands if isinstance(o, str)}
+    head_tiles = {o for s in walk(head) if isinstance(s, Instr) for o in s.operands if isinstance(o, str)}
     if any(_mentions_launch(ranges.valid[t]) for t in head_tiles):
         return False
     iteration = _Iteration(loop, *shape, ranges)
@@ -238,14 +238,6 @@ def block_count_free(kernel: Kernel) -> bool:
         return False
     return not any(ranges.overlaps(r, iteration.writes) for r in iteration.carried)
 
-
-def _walk(stmts):
-    for s in stmts:
-        yield s
-        if isinstance(s, For):
-            yield from _walk(s.body)
-        elif isinstance(s, If):
-            yield from _walk(s.then_body + s.else_body)
 
 
 _FREE: dict[int, tuple] = {}     # id(Kernel) -> (weakref to it, block_count_free(kernel))
