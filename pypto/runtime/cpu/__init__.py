@@ -25,12 +25,12 @@ from ...machine import MachineSpec, get_machine, load_machine
 from ..report import Report, set_last_report
 from . import compiler
 from .compiler import STATS, INCLUDE_DIR
-from .errors import CpuKernelError, FlagWarning
+from .errors import BuildWarning, CpuKernelError, FlagWarning
 from .block_count import cores_to_run
 from .executor import Buffers, bind_env, execute, expand, written_bases
 from .library import KernelLibrary
 
-__all__ = ["run", "run_kernel", "run_with", "build", "KernelSet", "one_task_graph", "CpuKernelError", "FlagWarning", "STATS", "INCLUDE_DIR"]
+__all__ = ["run", "run_kernel", "run_with", "build", "KernelSet", "one_task_graph", "CpuKernelError", "FlagWarning", "BuildWarning", "STATS", "INCLUDE_DIR"]
 
 _LOADED: dict[str, KernelLibrary] = {}                  # build key -> loaded library
 _BY_SOURCE: dict[str, tuple[KernelLibrary, str]] = {}    # kernel source digest -> (library, kernel name)

@@ -1,7 +1,8 @@
 """g++ build of generated kernels into a shared library, cached by content hash.
 
 The key covers the generated sources, pypto's CPU headers, the compiler's version, the flags and
-the host CPU (the build is -march=native). Libraries live in ``$PYPTO_CACHE_DIR/cpu/<key>/`` (default
+the host CPU (the build is -march=native unless PYPTO_CPU_MARCH names another target, e.g. x86-64-v3 for
+every AVX2 host). Libraries live in ``$PYPTO_CACHE_DIR/cpu/<key>/`` (default
 ``~/.cache/pypto``) together with their sources and build log, so a dump of what ran is at hand.
 """
 from __future__ import annotations
@@ -13,11 +14,13 @@ import shutil
 import subprocess
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from ...errors import BackendUnavailableError, CompileError
+from .errors import BuildWarning
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 
@@ -30,6 +33,12 @@ CXX_FLAGS = ("-std=c++17", "-O3", "-march=native", "-mprefer-vector-width=512", 
 _GCC_ONLY = ("-mtls-dialect=gnu2",)
 if platform.machine() in ("x86_64", "AMD64"):
     CXX_FLAGS += _GCC_ONLY
+
+
+def cxx_flags() -> tuple[str, ...]:
+    """CXX_FLAGS with the target of PYPTO_CPU_MARCH (default: native, the host's widest vectors)."""
+    march = os.environ.get("PYPTO_CPU_MARCH", "native")
+    return tuple(f"-march={march}" if f == "-march=native" else f for f in CXX_FLAGS)
 
 
 @dataclass
@@ -95,7 +104,8 @@ def _header_digest() -> str:
     return h.hexdigest()
 
 
-def build_key(files: dict[str, str], flags=CXX_FLAGS, include_dirs=(INCLUDE_DIR,)) -> str:
+def build_key(files: dict[str, str], flags=None, include_dirs=(INCLUDE_DIR,)) -> str:
+    flags = cxx_flags() if flags is None else flags
     cxx = compiler()
     h = hashlib.sha256()
     h.update(_compiler_identity(cxx).encode())
@@ -108,9 +118,11 @@ def build_key(files: dict[str, str], flags=CXX_FLAGS, include_dirs=(INCLUDE_DIR,
     return h.hexdigest()[:24]
 
 
-def build(files: dict[str, str], entry: str = "launcher_cpu.cpp", flags=CXX_FLAGS,
+def build(files: dict[str, str], entry: str = "launcher_cpu.cpp", flags=None,
           include_dirs=(INCLUDE_DIR,)) -> BuildResult:
-    """Compile ``entry`` of ``files`` (relative path -> text) into a cached shared library."""
+    """Compile ``entry`` of ``files`` (relative path -> text) into a cached shared library.
+    A build that warns works, but the warning is a code-generator bug: it is shown once (BuildWarning)."""
+    flags = cxx_flags() if flags is None else flags
     if "Free Software Foundation" not in _compiler_identity(compiler()):     # PYPTO_CXX=clang++...
         flags = tuple(f for f in flags if f not in _GCC_ONLY)
     key = build_key(files, flags, include_dirs)
@@ -146,6 +158,9 @@ def build(files: dict[str, str], entry: str = "launcher_cpu.cpp", flags=CXX_FLAG
         if work.exists() and not (work / "build.log").exists():
             shutil.rmtree(work, ignore_errors=True)
         raise
+    if "warning:" in log:
+        warnings.warn(f"the C++ compiler warned while building generated kernels (log: {final / 'build.log'}):\n"
+                      f"{_first_errors(log, 12)}", BuildWarning, stacklevel=2)
     STATS.builds += 1
     STATS.build_s += seconds
     STATS.per_library[key] = seconds

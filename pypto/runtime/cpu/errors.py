@@ -11,3 +11,8 @@ class CpuKernelError(SimError):
 
 class FlagWarning(UserWarning):
     """A kernel left set_flag signals that nothing waited for (they would leak into the next kernel)."""
+
+
+class BuildWarning(UserWarning):
+    """The C++ compiler warned while building generated kernels: a code-generator bug worth reporting
+    (the build log is kept beside the library)."""

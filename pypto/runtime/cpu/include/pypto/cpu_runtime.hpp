@@ -320,7 +320,7 @@ private:
 
     // The local memories (from the bank) and flag state of the core a thread is about to run.
     struct CoreSlot {
-        explicit CoreSlot(const LaunchConfig& config) : config(config) {}
+        explicit CoreSlot(const LaunchConfig& launch) : config(launch) {}
         ~CoreSlot() { leave(); }
         CoreSlot(const CoreSlot&) = delete;
         CoreSlot& operator=(const CoreSlot&) = delete;

@@ -1,8 +1,10 @@
 // pypto's CPU PTO: TMATMUL / TMATMUL_ACC — dst(L0C) [+]= a(L0A) @ b(L0B).
 // M and N come from dst's valid region, K from a's valid columns. fp16/bf16 inputs are widened
 // to fp32 once per call and accumulated in fp32 (int8 in int32). The fp32 product runs in a
-// register-blocked kernel (up to 8 rows x 32 columns of accumulators) written with g++ vector
-// extensions, which -march=native maps to AVX-512 / AVX2.
+// register-blocked kernel (up to 8 rows x 2 vectors of columns of accumulators) written with g++
+// vector extensions. The vector is as wide as the widest register the build targets (64 bytes
+// with AVX-512, 32 with AVX, 16 otherwise): a vector wider than the target's registers passed by
+// value changes the ABI and g++ warns (-Wpsabi) on every such host.
 #pragma once
 
 #include <vector>
@@ -11,40 +13,46 @@
 
 namespace pto::cpu {
 
-typedef float f32x16 __attribute__((vector_size(64)));
+#if defined(__AVX512F__)
+constexpr size_t kLanes = 16;
+#elif defined(__AVX__)
+constexpr size_t kLanes = 8;
+#else
+constexpr size_t kLanes = 4;
+#endif
+typedef float f32xv __attribute__((vector_size(kLanes * sizeof(float))));
 
-inline f32x16 load16(const float* p)
+inline f32xv loadv(const float* p)
 {
-    f32x16 v;
+    f32xv v;
     std::memcpy(&v, p, sizeof v);
     return v;
 }
 
-inline void store16(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
+inline void storev(float* p, f32xv v) { std::memcpy(p, &v, sizeof v); }
 
 constexpr size_t kMr = 8;    // rows of C per micro-kernel call
-constexpr size_t kLanes = 16;
 
-// C[0:MR, 0:16*NV] (+)= A[0:MR, 0:K] @ B[0:K, 0:16*NV], the accumulators in registers for the
+// C[0:MR, 0:kLanes*NV] (+)= A[0:MR, 0:K] @ B[0:K, 0:kLanes*NV], the accumulators in registers for the
 // whole K loop. `load_c` false starts them at zero (a plain TMATMUL: no memset, no C reads).
 // Every C element sums its products in k order with one fused multiply-add each, as before.
 template <size_t MR, size_t NV>
 inline void gemm_micro(size_t K, const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc,
                        bool load_c)
 {
-    f32x16 acc[MR][NV];
+    f32xv acc[MR][NV];
     for (size_t i = 0; i < MR; ++i)
-        for (size_t v = 0; v < NV; ++v) acc[i][v] = load_c ? load16(C + i * ldc + v * kLanes) : f32x16{};
+        for (size_t v = 0; v < NV; ++v) acc[i][v] = load_c ? loadv(C + i * ldc + v * kLanes) : f32xv{};
     for (size_t k = 0; k < K; ++k) {
-        f32x16 b[NV];
-        for (size_t v = 0; v < NV; ++v) b[v] = load16(B + k * ldb + v * kLanes);
+        f32xv b[NV];
+        for (size_t v = 0; v < NV; ++v) b[v] = loadv(B + k * ldb + v * kLanes);
         for (size_t i = 0; i < MR; ++i) {
             const float a = A[i * lda + k];
             for (size_t v = 0; v < NV; ++v) acc[i][v] += a * b[v];
         }
     }
     for (size_t i = 0; i < MR; ++i)
-        for (size_t v = 0; v < NV; ++v) store16(C + i * ldc + v * kLanes, acc[i][v]);
+        for (size_t v = 0; v < NV; ++v) storev(C + i * ldc + v * kLanes, acc[i][v]);
 }
 
 template <size_t NV>
@@ -63,7 +71,7 @@ inline void gemm_rows(size_t m, size_t K, const float* A, size_t lda, const floa
     }
 }
 
-// C[M, 0:16*NV] over all M in blocks of kMr rows (the last block shorter).
+// C[M, 0:kLanes*NV] over all M in blocks of kMr rows (the last block shorter).
 template <size_t NV>
 inline void gemm_panel(size_t M, size_t K, const float* A, size_t lda, const float* B, size_t ldb, float* C,
                        size_t ldc, bool load_c)
@@ -73,7 +81,7 @@ inline void gemm_panel(size_t M, size_t K, const float* A, size_t lda, const flo
 }
 
 // C[M, N] (+)= A[M, K] @ B[K, N], all fp32 row-major with leading dimensions. Columns go in
-// panels of 32 and 16; a last partial panel of fewer than 16 columns runs on zero-padded copies.
+// panels of two vectors and one; a last partial panel narrower than a vector runs on zero-padded copies.
 inline void gemm_f32(size_t M, size_t N, size_t K, const float* A, size_t lda, const float* B, size_t ldb, float* C,
                      size_t ldc, bool accumulate = true)
 {

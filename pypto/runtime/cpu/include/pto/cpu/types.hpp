@@ -8,10 +8,6 @@
 #include <limits>
 #include <type_traits>
 
-#if defined(__AVX512F__) || defined(__F16C__)
-#include <immintrin.h>
-#endif
-
 // Device qualifiers and entry-point markers are empty on the CPU.
 #ifndef __global__
 #define __global__
@@ -136,33 +132,46 @@ inline C widen(T v)
 }
 
 // Bulk fp16 <-> fp32 conversion of n contiguous elements. g++ does not vectorise loops over
-// _Float16, so these use the F16C / AVX-512 conversion instructions (round to nearest even,
-// like the scalar conversion; NaNs stay NaN) and leave a scalar loop for the rest.
+// _Float16, so whole vectors go through __builtin_convertvector, which g++ maps to the F16C /
+// AVX-512 conversion instructions (round to nearest even, like the scalar conversion; NaNs stay
+// NaN); a scalar loop does the rest. The vector is only as wide as the target's registers (a
+// wider one changes the ABI: -Wpsabi), and no intrinsics are used (g++ 12's AVX-512 conversion
+// intrinsics warn -Wmaybe-uninitialized inside its own headers).
+#if defined(__AVX512F__)
+constexpr size_t kHalfLanes = 16;
+#elif defined(__F16C__)
+constexpr size_t kHalfLanes = 8;
+#else
+constexpr size_t kHalfLanes = 1;     // no conversion instructions: the scalar loop only
+#endif
+typedef _Float16 halfxv __attribute__((vector_size(kHalfLanes * sizeof(_Float16))));
+typedef float floatxv __attribute__((vector_size(kHalfLanes * sizeof(float))));
+
 inline void half_to_float(const half* src, float* dst, size_t n)
 {
     size_t i = 0;
-#if defined(__AVX512F__)
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
-#elif defined(__F16C__)
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
-#endif
+    if constexpr (kHalfLanes > 1) {
+        for (; i + kHalfLanes <= n; i += kHalfLanes) {
+            halfxv h;
+            std::memcpy(&h, src + i, sizeof h);
+            const floatxv f = __builtin_convertvector(h, floatxv);
+            std::memcpy(dst + i, &f, sizeof f);
+        }
+    }
     for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
 }
 
 inline void float_to_half(const float* src, half* dst, size_t n)
 {
     size_t i = 0;
-#if defined(__AVX512F__)
-    for (; i + 16 <= n; i += 16)
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
-                            _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-#elif defined(__F16C__)
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
-                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-#endif
+    if constexpr (kHalfLanes > 1) {
+        for (; i + kHalfLanes <= n; i += kHalfLanes) {
+            floatxv f;
+            std::memcpy(&f, src + i, sizeof f);
+            const halfxv h = __builtin_convertvector(f, halfxv);
+            std::memcpy(dst + i, &h, sizeof h);
+        }
+    }
     for (; i < n; ++i) dst[i] = static_cast<half>(src[i]);
 }
 
