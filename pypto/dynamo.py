@@ -35,6 +35,7 @@ import torch
 
 from . import backends
 from .errors import PyptoError
+from .sanitize import path_component
 
 log = logging.getLogger("pypto.dynamo")
 
@@ -215,7 +216,7 @@ def _why(e: Exception) -> str:
 def _dump_text(root, name, file, text) -> None:
     root = root or os.environ.get("PYPTO_DUMP")
     if root:
-        d = Path(root) / name
+        d = Path(root) / path_component(name)
         d.mkdir(parents=True, exist_ok=True)
         (d / file).write_text(text + "\n")
 

@@ -10,7 +10,8 @@ import sympy
 from ..dtypes import DataType
 from ..errors import CompileError
 from ..ir.block import BLOCK_IDX, BLOCK_NUM, SUBBLOCK_IDX, CoreType, Kernel
-from .names import Namer, identifier
+from ..sanitize import cpp_identifier
+from .names import Namer
 
 CORE_SYMBOLS = {BLOCK_IDX.name: "block_idx", BLOCK_NUM.name: "block_num", SUBBLOCK_IDX.name: "subblock_idx"}
 
@@ -107,10 +108,10 @@ def kernel_abi(kernel: Kernel) -> KernelABI:
             seen.add(p.name)
             arg = ScalarArg(p.name, fields.name(("sym", p.name), p.name), "param")
             (reals if is_real_param(p) else ints).append(arg)
-    abi = KernelABI(kernel.name, identifier(kernel.name), list(gm.values()), ints, reals)
+    abi = KernelABI(kernel.name, cpp_identifier(kernel.name), list(gm.values()), ints, reals)
     used = set()
     for b in kernel.blocks:
-        fn = identifier(b.name)
+        fn = cpp_identifier(b.name)
         if fn in used or fn == abi.ident or fn == abi.namespace:
             fn = f"{fn}_{str(b.core).lower()}"
         used.add(fn)

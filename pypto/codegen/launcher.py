@@ -10,6 +10,7 @@ device entry point on a stream with ``<<<block_dim, nullptr, stream>>>``, for bi
 from __future__ import annotations
 
 from ..ir.block import CoreType
+from ..sanitize import cpp_string
 from .abi import KernelABI
 
 INDENT = "    "
@@ -44,7 +45,7 @@ def cpu_launcher(abis: list[KernelABI]) -> str:
                 fns.append(f"[&](const pypto::CoreIndex& core) {{ {ns}::{a.block_fns[core]}(args, core); }}")
             else:
                 fns.append("nullptr")
-        out += [f'{INDENT}pypto::rt::Launch launch(*config, "{a.kernel}", message, message_size);',
+        out += [f'{INDENT}pypto::rt::Launch launch(*config, {cpp_string(a.kernel)}, message, message_size);',
                 f"{INDENT}return launch.run({fns[0]},",
                 f"{INDENT}                  {fns[1]});",
                 "}", ""]

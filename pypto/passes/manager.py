@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..sanitize import path_component
+
 
 @dataclass
 class PassRecord:
@@ -25,7 +27,7 @@ class PassManager:
 
     def __post_init__(self):
         root = self.dump or os.environ.get("PYPTO_DUMP")
-        self.dir = Path(root) / self.name if root else None
+        self.dir = Path(root) / path_component(self.name) if root else None
         if self.dir is not None:
             self.dir.mkdir(parents=True, exist_ok=True)
         self.verify = self.verify or os.environ.get("PYPTO_VERIFY", "") not in ("", "0")
@@ -57,7 +59,7 @@ class PassManager:
             kdir = self.dir / "kernels"
             kdir.mkdir(exist_ok=True)
             for kname, k in kernels.items():
-                (kdir / f"{kname}.pto").write_text(str(k) + "\n")
+                (kdir / f"{path_component(kname)}.pto").write_text(str(k) + "\n")
 
     def timings(self) -> dict:
         return {r.name: r.seconds for r in self.records}

@@ -15,6 +15,7 @@ from pathlib import Path
 from ..errors import CompileError
 from ..ir.block import Kernel
 from ..ir.block_verify import verify_kernel
+from ..sanitize import path_component
 from . import skew
 from .memory import plan as plan_tiles
 from .sync import synchronize
@@ -191,7 +192,7 @@ def _dump(program, options, fname, text):
     root = options.get("dump") or os.environ.get("PYPTO_DUMP")
     if not root:
         return
-    d = Path(root) / f"tile_{program.name}"
+    d = Path(root) / path_component(f"tile_{program.name}")
     d.mkdir(parents=True, exist_ok=True)
     (d / fname).write_text(text + "\n")
 

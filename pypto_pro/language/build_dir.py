@@ -1,13 +1,16 @@
 """The build directory of a compiled variant: Block IR text, the pipeline transform, kernel.cpp.
 
 Root: the kernel's ``dump=`` option, else ``$PYPTO_DUMP/pro``, else ``~/.cache/pypto/pro``; one folder
-per kernel and signature: ``<root>/<kernel>/<variant hash>/``.
+per kernel and signature: ``<root>/<kernel>/<variant hash>/`` (the kernel's name made a safe folder name
+by pypto.sanitize.path_component).
 """
 from __future__ import annotations
 
 import hashlib
 import os
 from pathlib import Path
+
+from pypto.sanitize import path_component
 
 
 def build_root(kernel) -> Path:
@@ -20,7 +23,7 @@ def build_root(kernel) -> Path:
 
 def write_build_dir(kernel, compiled, cache_key) -> Path | None:
     digest = hashlib.sha1(repr(cache_key).encode()).hexdigest()[:12]
-    path = build_root(kernel) / kernel.name / digest
+    path = build_root(kernel) / path_component(kernel.name) / digest
     try:
         path.mkdir(parents=True, exist_ok=True)
         (path / "block_ir.txt").write_text(str(compiled.kernel) + "\n")
