@@ -3,7 +3,8 @@ from .dtypes import (DataType, float16, bfloat16, float32, int8, int16, int32, i
                      DT_FP16, DT_BF16, DT_FP32, DT_INT8, DT_INT16, DT_INT32, DT_INT64, DT_UINT8, DT_BOOL)
 from .symbolic import DYNAMIC, dynamic, floordiv, ceildiv
 from .errors import (PyptoError, ShapeError, DTypeError, TypeMismatchError, SymbolicError, TilingError,
-                     CompileError, SimError, BackendUnavailableError)
+                     CompileError, SimError, BackendUnavailableError, UnsupportedOpError, NoSuchMethodError,
+                     IndexOutOfRangeError)
 from .machine import set_machine, get_machine, load_machine, MachineSpec
 from .backends import set_backend, get_backend
 from .frontend.tensor import Tensor, TensorSpec

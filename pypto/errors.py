@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import types
 from dataclasses import dataclass
 
 _PKG_DIRS = tuple(os.path.dirname(os.path.abspath(p)) for p in (__file__,))
@@ -59,6 +60,17 @@ def user_location(skip_internal: bool = True) -> SourceLoc | None:
     return None
 
 
+def raising_user_location(e: BaseException) -> SourceLoc | None:
+    """The innermost user frame in the traceback of ``e``: the user's line that raised it."""
+    loc, tb = None, e.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if not _is_internal(code.co_filename):
+            loc = SourceLoc(code.co_filename, tb.tb_lineno, code.co_name)
+        tb = tb.tb_next
+    return loc
+
+
 class PyptoError(Exception):
     """Base of all pypto errors. `loc` is the user's source location when known."""
 
@@ -110,3 +122,72 @@ class SimError(PyptoError):
 
 class BackendUnavailableError(PyptoError):
     """A backend whose toolchain is not installed on this machine."""
+
+
+class UnsupportedOpError(PyptoError, TypeError):
+    """An op pypto does not have (a torch function called on a traced pypto.Tensor)."""
+
+
+class NoSuchMethodError(PyptoError, AttributeError):
+    """A method a traced pypto.Tensor does not have (an AttributeError, so hasattr() still answers False)."""
+
+
+class IndexOutOfRangeError(PyptoError, IndexError):
+    """An index (embedding id, index_select / gather index) outside the dim it picks from, as torch's IndexError."""
+
+
+# ---------------------------------------------------------------------- tracebacks
+TRACEBACK_ENV = "PYPTO_TRACEBACK"
+
+
+def full_tracebacks() -> bool:
+    """PYPTO_TRACEBACK=full: errors keep pypto's internal frames (for debugging pypto itself)."""
+    return os.environ.get(TRACEBACK_ENV, "").strip().lower() == "full"
+
+
+def _innermost(tb):
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb
+
+
+def _user_frames(tb):
+    """A copy of traceback ``tb`` without its internal frames (pypto's, torch's, the stdlib's)."""
+    kept = []
+    while tb is not None:
+        if not _is_internal(tb.tb_frame.f_code.co_filename):
+            kept.append(tb)
+        tb = tb.tb_next
+    out = None
+    for t in reversed(kept):
+        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return out
+
+
+def hide_internal_frames(e: BaseException) -> None:
+    """Strip internal frames from the tracebacks of ``e`` and the exceptions it was raised from, when
+    the error is a pypto error or was raised by user code (the user's own error inside a traced
+    function). Any other exception arose inside pypto: a bug, whose frames its report needs."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        tb = e.__traceback__
+        last = _innermost(tb)
+        if isinstance(e, PyptoError) or (last is not None and not _is_internal(last.tb_frame.f_code.co_filename)):
+            e.__traceback__ = _user_frames(tb)
+        e = e.__cause__ if e.__cause__ is not None else (None if e.__suppress_context__ else e.__context__)
+
+
+def user_entry(fn):
+    """Decorator for the entry points a user calls (a jit function, a kernel launch, a module call):
+    an error leaving them shows the user's frames, not pypto's (see ``hide_internal_frames``);
+    PYPTO_TRACEBACK=full shows every frame."""
+    @functools.wraps(fn)
+    def entry(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            if not full_tracebacks():
+                hide_internal_frames(e)
+            raise
+    return entry

@@ -2,6 +2,7 @@
 enclosing ``pypto.loop`` body), value capture across them, and in-place mutation bookkeeping."""
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 from ..errors import PyptoError
@@ -19,6 +20,10 @@ class Frame:
 
 
 _stack: list[Frame] = []
+# Held while a trace is built and compiled (jit, tile and Professional-mode kernels): the trace stack
+# above and the passes' state are process-wide, and threads calling one new signature at once must
+# trace it once. Reentrant: a trace may compile what it calls.
+compile_lock = threading.RLock()
 # index symbol -> (lo, hi) inclusive, for the pypto.loop bodies being traced
 loop_ranges: dict = {}
 

@@ -15,8 +15,10 @@ import sympy
 import torch
 
 from .. import backends, dtypes, symbolic as sym
-from ..errors import PyptoError, ShapeError, DTypeError, SymbolicError, TypeMismatchError, user_location
+from ..errors import (PyptoError, ShapeError, DTypeError, SymbolicError, TypeMismatchError, user_entry,
+                      user_location)
 from ..ir.tensor_graph import OutputSpec, TensorGraph, ValueInfo
+from ..sanitize import path_component, user_name
 from . import context as ctx
 from .api import fresh
 from .tensor import Tensor, TensorSpec
@@ -33,7 +35,7 @@ class JitFunction:
     def __init__(self, fn, *, backend: str | None = None, machine: str | None = None, dump: str | None = None,
                  timing_only: bool = False, trace: str | None = None, name: str | None = None):
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", "fn")
+        self.name = user_name(name, "pypto.jit", default=getattr(fn, "__name__", "fn"))
         self.signature = inspect.signature(fn)
         self.backend = backends.check_backend(backend) if backend else None
         self.options = {"machine": machine, "dump": dump, "timing_only": timing_only, "trace": trace}
@@ -96,6 +98,9 @@ class JitFunction:
             elif isinstance(v, Tensor):
                 raise TypeMismatchError(f"{self.name}: argument '{pname}' is a traced pypto.Tensor; "
                                         "pass torch tensors to a compiled function", loc=loc)
+            elif self._spec_of(pname) is not None:
+                raise TypeMismatchError(f"{self.name}: argument '{pname}' is declared {self._spec_of(pname)!r}; "
+                                        f"expected a torch tensor, found {type(v).__name__} {v!r:.40}", loc=loc)
             else:
                 try:
                     hash(v)
@@ -166,13 +171,17 @@ class JitFunction:
         backend = self.backend or backends.get_backend()
         compiled = self.cache.get((backend, key))
         if compiled is None:
-            graph = self._trace(bound, key)
-            _dump_graph(graph, self.options.get("dump"))
-            compiled = backends.compile_graph(graph, backend, self.options)
-            self.cache[(backend, key)] = compiled
+            with ctx.compile_lock:           # threads calling a new signature at once: one traces it
+                compiled = self.cache.get((backend, key))
+                if compiled is None:
+                    graph = self._trace(bound, key)
+                    _dump_graph(graph, self.options.get("dump"))
+                    compiled = backends.compile_graph(graph, backend, self.options)
+                    self.cache[(backend, key)] = compiled
         env = _bind_sizes(compiled.graph, [t for _, t in tensors], loc)
         return compiled, tensors, env
 
+    @user_entry
     def __call__(self, *args, **kwargs):
         loc = user_location()
         compiled, tensors, env = self._prepare(args, kwargs, loc)
@@ -192,6 +201,7 @@ class JitFunction:
             return None
         return tuple(returned) if g.returns_tuple else returned[0]
 
+    @user_entry
     def trace(self, *args, **kwargs) -> TensorGraph:
         """The TensorGraph for these arguments (traced, or taken from the cache)."""
         compiled, _, _ = self._prepare(args, kwargs, user_location())
@@ -244,7 +254,7 @@ def _dump_graph(graph: TensorGraph, dump: str | None) -> None:
     if not root:
         return
     import json
-    d = Path(root) / graph.name
+    d = Path(root) / path_component(graph.name)
     d.mkdir(parents=True, exist_ok=True)
     (d / "tensor_graph.txt").write_text(str(graph) + "\n")
     (d / "tensor_graph.dot").write_text(graph.to_dot() + "\n")

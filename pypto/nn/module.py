@@ -13,7 +13,7 @@ from collections import OrderedDict, namedtuple
 import torch
 
 from .. import dtypes
-from ..errors import PyptoError, TypeMismatchError
+from ..errors import PyptoError, TypeMismatchError, user_entry
 from ..frontend import context as ctx
 from ..frontend.tensor import Tensor
 from .parameter import Parameter
@@ -388,6 +388,7 @@ class Module:
             object.__setattr__(self, "_compiler", ModuleCompiler(self, self._compile_options, names))
         return self._compiler
 
+    @user_entry
     def __call__(self, *args, **kwargs):
         if ctx.is_tracing():
             return self.forward(*args, **kwargs)

@@ -25,10 +25,13 @@ import sympy
 import torch
 
 from .. import backends, dtypes, symbolic as sym
-from ..errors import DTypeError, PyptoError, ShapeError, SymbolicError, TypeMismatchError, user_location
+from ..errors import (DTypeError, PyptoError, ShapeError, SymbolicError, TypeMismatchError, raising_user_location,
+                      user_entry, user_location)
+from ..frontend import context as ctx
 from ..frontend.jit import _fn_loc, _has_varargs, _positional, bind_sizes as _bind_declared
 from ..frontend.tensor import TensorSpec
 from ..machine import MachineSpec, get_machine, load_machine
+from ..sanitize import user_name
 from ..symbolic import index_symbol
 from . import trace
 from .ir import GMTensor, KernelProgram
@@ -51,7 +54,7 @@ class TileKernel:
     def __init__(self, fn, *, backend: str | None = None, machine=None, dump: str | None = None,
                  timing_only: bool = False, trace: str | None = None, name: str | None = None):
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", "kernel")
+        self.name = user_name(name, "pt.kernel", default=getattr(fn, "__name__", "kernel"))
         self.signature = inspect.signature(fn)
         self.backend = backends.check_backend(backend) if backend else None
         self.machine = machine
@@ -99,6 +102,10 @@ class TileKernel:
                 key.append((pname, dtypes.from_torch(v.dtype).name, tuple(dims)))
                 tensors.append((pname, v))
             else:
+                ann = self.signature.parameters[pname].annotation
+                if isinstance(ann, TensorSpec):
+                    raise TypeMismatchError(f"{self.name}: argument '{pname}' is declared {ann!r}; expected a "
+                                            f"torch tensor, found {type(v).__name__} {v!r:.40}", loc=loc)
                 try:
                     hash(v)
                     key.append((pname, "const", v))
@@ -123,6 +130,9 @@ class TileKernel:
         try:
             ret = self.fn(**call) if not _has_varargs(self.signature) else \
                 self.fn(*_positional(self.signature, call))
+        except AttributeError as e:
+            self._constant_used_as_tensor(e, bound)
+            raise
         finally:
             trace.pop()
         if tr.loops:
@@ -136,6 +146,20 @@ class TileKernel:
         self.trace_count += 1
         return prog
 
+    def _constant_used_as_tensor(self, e: AttributeError, bound) -> None:
+        """Raise a clear error when ``e`` comes from a constant argument (say a float passed for a
+        tensor) used as a tensor in the kernel body (``X.tile(...)``, ``X.shape``)."""
+        if getattr(e, "name", None) not in _TENSOR_ATTRS:
+            return
+        pname = next((p for p, v in bound.arguments.items()
+                      if v is getattr(e, "obj", None) and not isinstance(v, torch.Tensor)), None)
+        if pname is None:
+            return
+        v = bound.arguments[pname]
+        raise TypeMismatchError(f"{self.name}: argument '{pname}' is a constant ({type(v).__name__} {v!r:.40}) "
+                                f"but the kernel uses it as a tensor (.{e.name}); pass a torch tensor",
+                                loc=raising_user_location(e)) from None
+
 
 class Launch:
     """``kernel[grid]``: call it with the kernel's arguments."""
@@ -143,6 +167,7 @@ class Launch:
     def __init__(self, kernel: TileKernel, grid):
         self.kernel, self.grid = kernel, grid
 
+    @user_entry
     def __call__(self, *args, **kwargs):
         loc = user_location()
         k = self.kernel
@@ -154,16 +179,20 @@ class Launch:
         ckey = (backend, machine.name, len(grid), key)
         compiled = k.cache.get(ckey)
         if compiled is None:
-            program = k.trace(bound, key, len(grid), machine)
-            from .compile import compile_program
-            compiled = compile_program(program, backend, machine, k.options)
-            k.cache[ckey] = compiled
+            with ctx.compile_lock:           # threads launching a new signature at once: one traces it
+                compiled = k.cache.get(ckey)
+                if compiled is None:
+                    program = k.trace(bound, key, len(grid), machine)
+                    from .compile import compile_program
+                    compiled = compile_program(program, backend, machine, k.options)
+                    k.cache[ckey] = compiled
         from .run import launch
         report = launch(compiled, dict(tensors), grid, backend, machine, k.options, loc)
         k.last_report = report
         _last["report"] = report
         return report
 
+    @user_entry
     def trace(self, *args, **kwargs) -> KernelProgram:
         """The traced tile program for these arguments (not compiled, not run)."""
         loc = user_location()
@@ -171,8 +200,10 @@ class Launch:
         bound = k.bind(args, kwargs, loc)
         grid = _grid(self.grid, bound.arguments, k.name, loc)
         key, _ = k.signature_key(bound, loc)
-        return k.trace(bound, key, len(grid), _machine(k.machine))
+        with ctx.compile_lock:
+            return k.trace(bound, key, len(grid), _machine(k.machine))
 
+    @user_entry
     def compile(self, *args, **kwargs):
         """The compiled form (Block IR kernel and launch plan) for these arguments."""
         loc = user_location()
@@ -183,7 +214,12 @@ class Launch:
         backend = k.backend or backends.get_backend()
         machine = _machine(k.machine)
         from .compile import compile_program
-        return compile_program(k.trace(bound, key, len(grid), machine), backend, machine, k.options)
+        with ctx.compile_lock:
+            return compile_program(k.trace(bound, key, len(grid), machine), backend, machine, k.options)
+
+
+# attributes of a tensor argument in a kernel body (views.TensorArg)
+_TENSOR_ATTRS = {"tile", "shape", "dtype", "ndim", "size", "name"}
 
 
 def _grid(grid, arguments: dict, name: str, loc) -> tuple:

@@ -19,7 +19,10 @@ import sympy
 import torch
 
 from pypto import backends, dtypes, symbolic
+from pypto.errors import user_entry
+from pypto.frontend.context import compile_lock
 from pypto.machine import get_machine, load_machine
+from pypto.sanitize import user_name
 
 from .errors import LaunchError
 from .types import STATIC, ScalarAnnotation, TensorAnnotation
@@ -29,7 +32,7 @@ class ProKernel:
     def __init__(self, fn, *, backend: str | None = None, pipeline=None, tiling_key=None, machine=None,
                  auto_sync: bool = True, timing_only: bool = False, trace=None, dump=None, name=None):
         self.fn = fn
-        self.name = name or fn.__name__
+        self.name = user_name(name, "pl.jit", default=getattr(fn, "__name__", "kernel"))
         self.signature = inspect.signature(fn)
         self.backend = backends.check_backend(backend) if backend else None
         self.pipeline = pipeline
@@ -67,6 +70,7 @@ class ProKernel:
                           hint=f"e.g. {self.name}[None, 8](x, y)")
 
     # ------------------------------------------------------------------ compilation
+    @user_entry
     def compile(self, *args, block_dim: int = 1, key: dict | None = None, **kwargs):
         """Compile (or fetch from the cache) for these arguments; returns the CompiledKernel."""
         return self._prepare(args, kwargs, key)[0]
@@ -132,23 +136,31 @@ class ProKernel:
                      self.machine.name)
         compiled = self.cache.get(cache_key)
         if compiled is None:
-            from .compiler import compile_kernel
-            variant = self.name + (key_values.suffix() if key_values is not None else "")
-            compiled = compile_kernel(self.fn, variant, tensors, scalars, consts, machine=self.machine,
-                                      tiling_key=key_values, pipeline=self.pipeline, auto_sync=self.auto_sync,
-                                      base_name=self.name)
-            self.compile_count += 1
-            from .build_dir import write_build_dir
-            compiled.build_dir = write_build_dir(self, compiled, cache_key)
-            self.cache[cache_key] = compiled
+            with compile_lock:               # threads launching a new signature at once: one compiles it
+                compiled = self.cache.get(cache_key)
+                if compiled is None:
+                    compiled = self._compile(cache_key, key_values, tensors, scalars, consts)
         self.last_build_dir = getattr(compiled, "build_dir", None)
         return compiled, tensor_args, env
+
+    def _compile(self, cache_key, key_values, tensors, scalars, consts):
+        from .compiler import compile_kernel
+        variant = self.name + (key_values.suffix() if key_values is not None else "")
+        compiled = compile_kernel(self.fn, variant, tensors, scalars, consts, machine=self.machine,
+                                  tiling_key=key_values, pipeline=self.pipeline, auto_sync=self.auto_sync,
+                                  base_name=self.name)
+        self.compile_count += 1
+        from .build_dir import write_build_dir
+        compiled.build_dir = write_build_dir(self, compiled, cache_key)
+        self.cache[cache_key] = compiled
+        return compiled
 
 
 class _Launch:
     def __init__(self, kernel: ProKernel, block_dim: int, key):
         self.kernel, self.block_dim, self.key = kernel, block_dim, key
 
+    @user_entry
     def __call__(self, *args, **kwargs):
         k = self.kernel
         compiled, tensor_args, env = k._prepare(args, kwargs, self.key)

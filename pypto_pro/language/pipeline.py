@@ -104,9 +104,10 @@ def _names(stmts, ctx):
 class _Rewrite(ast.NodeTransformer):
     """Group cursor calls of one stage instance -> take(k) / peek(k) relative to the loop's cursor."""
 
-    def __init__(self, calls: dict, base: dict):
+    def __init__(self, calls: dict, base: dict, frame):
         self.calls = calls          # id(call node) -> (group, method)
         self.base = base            # group uid -> cursor offset before this stage instance
+        self.frame = frame          # the loop's parser frame (source spans for errors)
         self.count = {}
 
     def visit_Call(self, node):
@@ -124,7 +125,7 @@ class _Rewrite(ast.NodeTransformer):
         if method == "previous":
             arg = node.args[0] if node.args else (node.keywords[0].value if node.keywords else None)
             if arg is not None and not (isinstance(arg, ast.Constant) and isinstance(arg.value, int)):
-                raise ParseError("previous(k) in a pipelined stage needs a literal k", None)
+                raise ParseError("previous(k) in a pipelined stage needs a literal k", self.frame.span(arg))
             back = arg.value if arg is not None else 1
         return _method(node, "peek", self.base[g.uid] + k - back)
 
@@ -194,7 +195,7 @@ def pipelined_loop(parser, node, frame, bounds, var) -> bool:
     def stage_instance(s: int, i_res, j_value) -> list:
         base = {u: i_res * total[u] + sum(per_stage[t].get(u, 0) for t in range(s)) for u in groups}
         out = [_assign(node.target.id, j_value, node)] + copy.deepcopy(preamble)
-        rewritten = _Rewrite(calls, base)
+        rewritten = _Rewrite(calls, base, frame)
         for stmt in stages[s]:
             out.append(rewritten.visit(_copy_with_ids(stmt)))
         return out
