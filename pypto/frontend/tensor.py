@@ -6,12 +6,14 @@ trace, ``pypto.Tensor(shape, dtype)`` creates a new zero-filled tensor to assemb
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 import sympy
+import torch
 
 from .. import dtypes, symbolic
-from ..errors import PyptoError, TypeMismatchError
+from ..errors import NoSuchMethodError, PyptoError, TypeMismatchError, UnsupportedOpError
 from ..ops.registry import numel
 from . import context as ctx
 
@@ -115,6 +117,42 @@ class Tensor:
                                 hint="use pypto.loop(n) with indexing, or split()")
 
     __hash__ = object.__hash__
+
+    def __getattr__(self, name):
+        # reached only for a name Tensor lacks: a torch.Tensor method pypto does not trace, or a typo
+        if name.startswith("_"):
+            raise AttributeError(f"'pypto.Tensor' object has no attribute '{name}'")
+        close = difflib.get_close_matches(name, [n for n in dir(Tensor) if not n.startswith("_")], n=3)
+        raise NoSuchMethodError(f"pypto.Tensor has no method or attribute '{name}'"
+                                + (" (torch.Tensor has one; pypto does not trace it)"
+                                   if hasattr(torch.Tensor, name) else ""),
+                                hint=f"did you mean {', '.join(close)}?" if close else None)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        """A torch function given a traced tensor (``torch.erf(x)``): pypto does not trace torch's
+        functions, so this names the call and pypto's own op where one exists."""
+        name = getattr(func, "__name__", str(func))
+        if name in _OPERATORS:
+            return NotImplemented      # torch_tensor + x: Python then tries x's reflected operator
+        qual = getattr(func, "__qualname__", name)
+        module = getattr(func, "__module__", None) or "torch"
+        if qual.split(".")[0] in ("Tensor", "TensorBase"):
+            module = "torch.Tensor"
+        module = _TORCH_C_MODULES.get(module, "torch" if module.startswith("torch._C") else module)
+        called = f"{module}.{name}"
+        from . import api
+        own = getattr(api, name, None)
+        if callable(own) and getattr(own, "__module__", "").startswith("pypto."):
+            raise UnsupportedOpError(f"{called} was called on a traced pypto.Tensor; torch functions are not "
+                                     f"traced: call pypto.{name}")
+        raise UnsupportedOpError(f"{called} was called on a traced pypto.Tensor: pypto has no op '{name}'",
+                                 hint="write it with pypto's ops (pypto.*, pypto.nn.functional.*)")
+
+
+# the public module of torch functions implemented in C
+_TORCH_C_MODULES = {"torch._C._nn": "torch.nn.functional", "torch._C._linalg": "torch.linalg",
+                    "torch._C._special": "torch.special", "torch._C._fft": "torch.fft"}
 
 
 def _binop(name, swap=False):
