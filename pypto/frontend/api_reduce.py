@@ -6,13 +6,15 @@ Dims follow torch: an int, a tuple, or None for all; negative dims count from th
 from __future__ import annotations
 
 import builtins
+import math
 
 import torch
 
 from .. import dtypes, symbolic as sym
 from ..errors import ShapeError
 from ..ops.shape_rules import fmt_shape
-from .api import as_tensor, emit, maximum, minimum
+from ..ops.registry import get_op
+from .api import as_tensor, emit, full, maximum, minimum
 from .tensor import Tensor
 
 __all__ = ["sum", "mean", "amax", "amin", "prod", "var", "argmax", "argmin", "max", "min", "cumsum",
@@ -48,7 +50,28 @@ def _reduce(op: str, input, dim, keepdim: bool, **attrs) -> Tensor:
     attrs = {k: v for k, v in attrs.items() if v is not None}
     if "dtype" in attrs:
         attrs["dtype"] = dtypes.to_dtype(attrs["dtype"])
-    return emit(op, [x], {"dims": normalize_dims(x, dim, op), "keepdim": bool(keepdim), **attrs})
+    attrs = {"dims": normalize_dims(x, dim, op), "keepdim": bool(keepdim), **attrs}
+    empty = [d for d in attrs["dims"] if _is_zero(x.shape[d])]
+    if empty:
+        return _reduce_nothing(op, x, empty[0], attrs)
+    return emit(op, [x], attrs)
+
+
+def _is_zero(size) -> bool:
+    return isinstance(size, int) and size == 0
+
+
+# what torch gives for a reduction over a zero-length dim (amax / amin have no such value: torch raises)
+_EMPTY_REDUCTION = {"sum": 0, "prod": 1, "mean": math.nan, "var": math.nan}
+
+
+def _reduce_nothing(op: str, x: Tensor, dim: int, attrs: dict) -> Tensor:
+    """A reduction over a zero-length dim, as torch: sum 0, prod 1, mean and var nan, amax/amin an error."""
+    if op not in _EMPTY_REDUCTION:
+        raise ShapeError(f"{op}: dim {dim} of {fmt_shape(x.shape)} has length 0 and {op} of no elements has no "
+                         "value (torch raises too)")
+    out = get_op(op).infer([x._info], attrs)
+    return full(out.shape, _EMPTY_REDUCTION[op], out.dtype)
 
 
 def sum(input, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:
@@ -84,6 +107,9 @@ def var(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=Non
 def _arg(op: str, input, dim, keepdim) -> Tensor:
     x = as_tensor(input, op)
     d = None if dim is None else normalize_dim(x, dim, op)
+    if any(_is_zero(n) for n in (x.shape if d is None else x.shape[d:d + 1])):
+        raise ShapeError(f"{op}: {fmt_shape(x.shape)} has no elements along {'its dims' if d is None else f'dim {d}'}, "
+                         f"so it has no {op} (torch raises too)")
     return emit(op, [x], {"dim": d, "keepdim": bool(keepdim)})
 
 

@@ -11,7 +11,9 @@
 """
 from __future__ import annotations
 
+from ..errors import ShapeError
 from ..machine import MachineSpec, get_machine, load_machine
+from ..ops.shape_rules import fmt_shape
 from .autocast import autocast
 from .canonicalize import canonicalize
 from .decompose import decompose
@@ -19,6 +21,7 @@ from .kernels import BlockGraph, lower_blocks
 from .manager import PassManager
 from .memory import plan_memory
 from .sync import insert_sync
+from .rewrite import live_nodes
 from .tiling import build_tile_graph
 
 _last = {"manager": None}
@@ -61,8 +64,27 @@ def _verify_graph(g) -> None:
         verify()
 
 
+def refuse_zero_size(g) -> None:
+    """Tiles cannot be sized for a zero-length dim: an op that reads or makes a tensor with a static
+    size 0 is refused at its line (reductions over such a dim fold at trace time, see api_reduce)."""
+    for nid in sorted(live_nodes(g)):
+        node = g.node(nid)
+        if node["op"] == "input":
+            continue
+        if node["op"] == "loop":
+            refuse_zero_size(node["attrs"]["body"])
+        for v in [nid, *node["inputs"]]:
+            info = g.info(v)                  # a loop node has one ValueInfo per result
+            for shape in ([i.shape for i in info] if isinstance(info, (list, tuple)) else [info.shape]):
+                if any(isinstance(d, int) and d == 0 for d in shape):
+                    raise ShapeError(f"{node['op']} on a zero-size tensor {fmt_shape(shape)}: the lowered "
+                                     "backends (sim, cpu, npu) do not compile zero-size tensors (the reference "
+                                     "backend runs them)", loc=node["loc"])
+
+
 def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = True):
     """Lower a TensorGraph to an ExecutionGraph (kernels in Block IR, tasks, buffers, loops)."""
+    refuse_zero_size(graph)
     spec = _machine(machine)
     pm = PassManager(graph.name, dump, verify)
     _last["manager"] = pm
