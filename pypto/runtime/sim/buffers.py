@@ -81,7 +81,8 @@ class GMBuffers:
             raise SimError(f"argument '{name}' is on {t.device}; the simulator takes CPU tensors")
         if not t.is_contiguous():
             c = t.contiguous()
-            self.copy_back.append((t, c))
+            if name in self.graph.outputs:      # an input only read (maybe expanded, stride 0) is not written back
+                self.copy_back.append((t, c))
             return c
         return t
 
