@@ -37,9 +37,13 @@ class Compiled:
     graph: object            # the TensorGraph
     program: object = None   # the ExecutionGraph (lowered backends)
     options: dict = None
+    index_checks: list = None  # runtime.index_bounds: index arguments checked before each run
 
     def run(self, inputs, env):
         """-> (outputs in graph.outputs order, report or None)"""
+        if self.index_checks:
+            from .runtime.index_bounds import check_indices
+            check_indices(self.index_checks, inputs, env)
         if self.backend == "reference":
             from .runtime.reference import run_graph
             return run_graph(self.graph, inputs, env), None
@@ -59,11 +63,13 @@ def _run_options(options: dict) -> dict:
 
 def compile_graph(graph, backend: str, options: dict) -> Compiled:
     check_backend(backend)
+    from .runtime.index_bounds import index_checks
+    checks = index_checks(graph)
     if backend == "reference":
-        return Compiled(backend, graph, None, options)
+        return Compiled(backend, graph, None, options, checks)
     try:
         lower = importlib.import_module("pypto.passes.pipeline").lower
     except ModuleNotFoundError as e:
         raise PyptoError(f"backend '{backend}' needs the lowering pipeline, which is not available: {e}") from None
     program = lower(graph, **{k: v for k, v in options.items() if k in ("machine", "dump")})
-    return Compiled(backend, graph, program, options)
+    return Compiled(backend, graph, program, options, checks)

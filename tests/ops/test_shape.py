@@ -169,7 +169,8 @@ def test_shape_errors_name_the_user_line(fn, inputs, exc, match):
     check_error(fn, inputs, exc, match)
 
 
-def test_gather_index_out_of_range_fails_at_run_time():
-    f = pypto.jit(lambda x, i: pypto.gather(x, 1, i), backend="reference")
-    with pytest.raises(PyptoError, match="gather failed at run time"):
+@pytest.mark.parametrize("backend", ["reference", "sim"])
+def test_gather_index_out_of_range_fails_at_run_time(backend):
+    f = pypto.jit(lambda x, i: pypto.gather(x, 1, i), backend=backend)
+    with pytest.raises(pypto.IndexOutOfRangeError, match=r"holds index 9 at \[0, 0\], outside the dim of size 4"):
         f(torch.randn(3, 4), torch.full((3, 2), 9))
