@@ -152,6 +152,9 @@ def default_per_head(rule: str, backend: Optional[str]) -> bool:
 
 def _prepare(q, k, v, g, beta, scale, initial_state, cu_seqlens):
     """Checked sizes, the scale, the fp32 state to update in place and the zeroed output."""
+    for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("initial_state", initial_state)):
+        if isinstance(t, torch.Tensor) and t.device.type != "cpu":
+            _fail(f"{name} is on {t.device}; pypto's backends take CPU tensors")
     try:
         d = _check_gdn_inputs(q, k, v, g, beta, initial_state, cu_seqlens)
     except ValueError as e:
