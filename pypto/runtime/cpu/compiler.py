@@ -1,26 +1,35 @@
 """g++ build of generated kernels into a shared library, cached by content hash.
 
-The key covers the generated sources, pypto's CPU headers, the compiler's version, the flags and
-the host CPU (the build is -march=native unless PYPTO_CPU_MARCH names another target, e.g. x86-64-v3 for
-every AVX2 host). Libraries live in ``$PYPTO_CACHE_DIR/cpu/<key>/`` (default
-``~/.cache/pypto``) together with their sources and build log, so a dump of what ran is at hand.
+The key covers the generated sources, pypto's CPU headers, the compiler command (PYPTO_CXX, flags
+allowed) and its version, the flags and the host CPU (the build is -march=native unless
+PYPTO_CPU_MARCH names another target, e.g. x86-64-v3 for every AVX2 host). Libraries live in
+``$PYPTO_CACHE_DIR/cpu/<key>/`` (default ``~/.cache/pypto``) together with their sources, build log and
+a manifest; a library is used only when it is the one its manifest describes and it carries its key
+(``pypto_build_key()``), else it is rebuilt. One process builds a key at a time (a lock file beside
+the entry), and the entry is renamed into place whole.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import json
 import os
 import platform
+import re
+import secrets
+import shlex
 import shutil
 import subprocess
 import tempfile
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from ...errors import BackendUnavailableError, CompileError
-from .errors import BuildWarning
+from .errors import BuildWarning, LibraryLoadError
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 
@@ -66,23 +75,55 @@ class BuildStats:
 STATS = BuildStats()
 
 
-def compiler() -> str:
-    cxx = os.environ.get("PYPTO_CXX") or shutil.which("g++")
+def compiler() -> tuple[str, ...]:
+    """The C++ compiler command: PYPTO_CXX split like a shell would ("ccache g++", "g++ -O0"), else g++.
+    Words after the first come before pypto's flags on the command line."""
+    text = os.environ.get("PYPTO_CXX", "").strip()
+    try:
+        cxx = tuple(shlex.split(text)) if text else ()
+    except ValueError as e:
+        raise BackendUnavailableError(f"PYPTO_CXX={text!r} is not a command line: {e}",
+                                      hint="quote it as a shell would, e.g. PYPTO_CXX='g++ -O0'") from None
     if not cxx:
-        raise BackendUnavailableError("the cpu backend needs a C++17 compiler: g++ was not found on PATH",
-                                      hint="install g++ (or set PYPTO_CXX)")
+        found = shutil.which("g++")
+        if not found:
+            raise BackendUnavailableError("the cpu backend needs a C++17 compiler: g++ was not found on PATH",
+                                          hint="install g++ (or set PYPTO_CXX)")
+        return (found,)
+    if shutil.which(cxx[0]) is None:
+        raise BackendUnavailableError(f"PYPTO_CXX={text!r}: {cxx[0]!r} is not an executable (not found, or "
+                                      f"not on PATH)", hint="set PYPTO_CXX to a C++17 compiler, e.g. g++")
     return cxx
 
 
 def cache_root() -> Path:
+    """``$PYPTO_CACHE_DIR/cpu`` (default ``~/.cache/pypto/cpu``), created if missing."""
     root = os.environ.get("PYPTO_CACHE_DIR")
-    base = Path(root) if root else Path.home() / ".cache" / "pypto"
+    base = Path(root).expanduser() if root else Path.home() / ".cache" / "pypto"
+    where = f"PYPTO_CACHE_DIR={root}" if root else str(base)
+    hint = "set PYPTO_CACHE_DIR to a folder this user may write (it is created if missing)"
+    if base.exists() and not base.is_dir():
+        raise BackendUnavailableError(f"the cpu kernel cache needs a folder, but {where} is not a directory",
+                                      hint=hint)
+    try:
+        (base / "cpu").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BackendUnavailableError(f"cannot make the cpu kernel cache in {where}: {e}", hint=hint) from None
     return base / "cpu"
 
 
 @lru_cache(maxsize=None)
-def _compiler_identity(cxx: str) -> str:
-    version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
+def _compiler_identity(cxx: tuple[str, ...]) -> str:
+    try:
+        proc = subprocess.run([*cxx, "--version"], capture_output=True, text=True)
+    except OSError as e:
+        raise BackendUnavailableError(f"cannot run the C++ compiler {shlex.join(cxx)}: {e}",
+                                      hint="set PYPTO_CXX to a C++17 compiler, e.g. g++") from None
+    if proc.returncode != 0:
+        output = (proc.stdout + proc.stderr).strip() or "(no output)"
+        raise BackendUnavailableError(f"the C++ compiler {shlex.join(cxx)} is not usable: '--version' exited with "
+                                      f"status {proc.returncode}:\n{_first_errors(output, 12)}",
+                                      hint="set PYPTO_CXX to a C++17 compiler, e.g. g++")
     cpu = ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -92,7 +133,7 @@ def _compiler_identity(cxx: str) -> str:
                     break
     except OSError:
         pass
-    return version + cpu
+    return "\0".join(cxx) + "\0" + proc.stdout + cpu
 
 
 @lru_cache(maxsize=None)
@@ -105,10 +146,11 @@ def _header_digest() -> str:
 
 
 def build_key(files: dict[str, str], flags=None, include_dirs=(INCLUDE_DIR,)) -> str:
+    """The cache key: a hash of the compiler command and version, the host CPU, the flags, pypto's
+    headers, the include folders and the sources."""
     flags = cxx_flags() if flags is None else flags
-    cxx = compiler()
     h = hashlib.sha256()
-    h.update(_compiler_identity(cxx).encode())
+    h.update(_compiler_identity(compiler()).encode())
     h.update("\0".join(flags).encode())
     h.update(_header_digest().encode())
     for d in include_dirs:
@@ -118,46 +160,106 @@ def build_key(files: dict[str, str], flags=None, include_dirs=(INCLUDE_DIR,)) ->
     return h.hexdigest()[:24]
 
 
+# ---------------------------------------------------------------- cache entries
+# An entry is the folder <cache root>/<key>/: the sources, build.cmd, build.log, the library
+# (lib.<8 hex>.so: a rebuilt library never has the path of one this process may have loaded, which
+# dlopen would hand back) and manifest.json, written last: the key, the library's file name and its
+# SHA-256, the SHA-256 of every source. A folder is only ever renamed into place complete, so a
+# reader sees a whole entry or none; an entry whose manifest does not match is rebuilt.
+MANIFEST = "manifest.json"
+STAMP_SOURCE = "pypto_build_key.cpp"     # compiled into every library: pypto_build_key() returns the key
+_LIBRARY_NAME = re.compile(r"lib\.[0-9a-f]{8}\.so")
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verified_library(entry: Path, key: str) -> Path | None:
+    """The library of cache entry ``entry`` if its manifest is for ``key`` and the library file is
+    the one the manifest describes; None for anything else (missing, torn, replaced, garbage)."""
+    try:
+        manifest = json.loads((entry / MANIFEST).read_text())
+        name = manifest["library"]
+        if manifest["key"] != key or not isinstance(name, str) or not _LIBRARY_NAME.fullmatch(name):
+            return None
+        library = entry / name
+        return library if _sha256_file(library) == manifest["library_sha256"] else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+@contextmanager
+def _entry_lock(root: Path, key: str):
+    """Held while one process builds or replaces the entry of ``key``: the others wait for it and
+    then find the entry built (released by the OS if the holder dies)."""
+    fd = os.open(root / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _discard(path: Path) -> None:
+    """Move a bad entry (a folder, or a file in its place) out of the way, then delete it."""
+    trash = path.with_name(f"{path.name}.bad.{secrets.token_hex(4)}")
+    try:
+        os.rename(path, trash)
+    except FileNotFoundError:
+        return
+    if trash.is_dir() and not trash.is_symlink():
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        trash.unlink(missing_ok=True)
+
+
+def _cached(entry: Path, library: Path, key: str) -> BuildResult:
+    STATS.cache_hits += 1
+    try:
+        log = (entry / "build.log").read_text()
+    except OSError:
+        log = ""
+    return BuildResult(library, key, True, 0.0, log)
+
+
 def build(files: dict[str, str], entry: str = "launcher_cpu.cpp", flags=None,
-          include_dirs=(INCLUDE_DIR,)) -> BuildResult:
+          include_dirs=(INCLUDE_DIR,), distrust: Path | None = None) -> BuildResult:
     """Compile ``entry`` of ``files`` (relative path -> text) into a cached shared library.
+    ``distrust``: a library this cache returned that could not be loaded; its entry is rebuilt.
     A build that warns works, but the warning is a code-generator bug: it is shown once (BuildWarning)."""
-    flags = cxx_flags() if flags is None else flags
-    if "Free Software Foundation" not in _compiler_identity(compiler()):     # PYPTO_CXX=clang++...
+    flags = cxx_flags() if flags is None else tuple(flags)
+    cxx = compiler()
+    if "Free Software Foundation" not in _compiler_identity(cxx):     # PYPTO_CXX=clang++...
         flags = tuple(f for f in flags if f not in _GCC_ONLY)
     key = build_key(files, flags, include_dirs)
-    final = cache_root() / key
-    library = final / "lib.so"
-    if library.exists():
-        STATS.cache_hits += 1
-        log = (final / "build.log").read_text() if (final / "build.log").exists() else ""
-        return BuildResult(library, key, True, 0.0, log)
-    cxx = compiler()
-    final.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=final.parent))
-    try:
-        for rel, text in files.items():
-            path = work / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-        cmd = [cxx, *flags, *(f"-I{d}" for d in include_dirs), entry, "-o", "lib.so"]
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
-        seconds = time.perf_counter() - t0
-        log = proc.stdout + proc.stderr
-        (work / "build.cmd").write_text(" ".join(cmd) + "\n")
-        (work / "build.log").write_text(log)
-        if proc.returncode != 0:
-            raise CompileError(f"g++ failed to build the generated kernels (sources kept in {work}):\n"
-                               f"{_first_errors(log)}")
+    root = cache_root()
+    final = root / key
+    library = verified_library(final, key)
+    if library is not None and library != distrust:
+        return _cached(final, library, key)
+    with _entry_lock(root, key):
+        library = verified_library(final, key)        # built by another process while this one waited
+        if library is not None and library != distrust:
+            return _cached(final, library, key)
+        work = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=root))
         try:
+            log, seconds = _compile(cxx, files, entry, flags, include_dirs, key, work)
+            if final.exists() or final.is_symlink():
+                _discard(final)
             os.rename(work, final)
-        except OSError:          # another process built the same library meanwhile
-            shutil.rmtree(work, ignore_errors=True)
-    except BaseException:
-        if work.exists() and not (work / "build.log").exists():
-            shutil.rmtree(work, ignore_errors=True)
-        raise
+        except BaseException:
+            if work.exists() and not (work / "build.log").exists():
+                shutil.rmtree(work, ignore_errors=True)
+            raise
+    library = verified_library(final, key)
+    if library is None:
+        raise CompileError(f"the cpu kernel cache entry {final} changed while it was being written",
+                           hint="another program writes into PYPTO_CACHE_DIR; give pypto a folder of its own")
     if "warning:" in log:
         warnings.warn(f"the C++ compiler warned while building generated kernels (log: {final / 'build.log'}):\n"
                       f"{_first_errors(log, 12)}", BuildWarning, stacklevel=2)
@@ -165,6 +267,50 @@ def build(files: dict[str, str], entry: str = "launcher_cpu.cpp", flags=None,
     STATS.build_s += seconds
     STATS.per_library[key] = seconds
     return BuildResult(library, key, False, seconds, log)
+
+
+def _compile(cxx, files, entry, flags, include_dirs, key, work: Path) -> tuple[str, float]:
+    """Write the sources into ``work`` and compile them; the manifest is written last."""
+    sources = dict(files)
+    sources[STAMP_SOURCE] = f'extern "C" const char* pypto_build_key() {{ return "{key}"; }}\n'
+    for rel, text in sources.items():
+        path = work / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    name = f"lib.{secrets.token_hex(4)}.so"
+    cmd = [*cxx, *flags, *(f"-I{d}" for d in include_dirs), entry, STAMP_SOURCE, "-o", name]
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+    except OSError as e:
+        raise BackendUnavailableError(f"cannot run the C++ compiler {shlex.join(cxx)}: {e}",
+                                      hint="set PYPTO_CXX to a C++17 compiler, e.g. g++") from None
+    seconds = time.perf_counter() - t0
+    log = proc.stdout + proc.stderr
+    (work / "build.cmd").write_text(shlex.join(cmd) + "\n")
+    (work / "build.log").write_text(log)
+    if proc.returncode != 0 or not (work / name).is_file():
+        what = _first_errors(log) if log.strip() else "(it printed nothing)"
+        raise CompileError(f"the C++ compiler ({shlex.join(cxx)}) failed with exit status {proc.returncode} "
+                           f"building the generated kernels (sources and build.cmd kept in {work}):\n{what}",
+                           hint=None if log.strip() else "check PYPTO_CXX: a compiler says why it fails")
+    manifest = {"key": key, "library": name, "library_sha256": _sha256_file(work / name),
+                "sources": {rel: hashlib.sha256(text.encode()).hexdigest() for rel, text in sorted(sources.items())}}
+    (work / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    return log, seconds
+
+
+def build_and_load(files: dict[str, str], load, **options):
+    """``build(files, **options)`` and ``load(result)`` (which raises LibraryLoadError for a library it
+    cannot use); a cached library that cannot be loaded is rebuilt once. Returns (result, loaded)."""
+    result = build(files, **options)
+    try:
+        return result, load(result)
+    except LibraryLoadError:
+        if not result.cached:
+            raise
+    result = build(files, distrust=result.library, **options)
+    return result, load(result)
 
 
 def _first_errors(log: str, limit: int = 40) -> str:

@@ -1,7 +1,7 @@
 """What the cpu backend reports when a generated kernel does what the device would get wrong."""
 from __future__ import annotations
 
-from ...errors import SimError
+from ...errors import CompileError, SimError
 
 
 class CpuKernelError(SimError):
@@ -16,3 +16,8 @@ class FlagWarning(UserWarning):
 class BuildWarning(UserWarning):
     """The C++ compiler warned while building generated kernels: a code-generator bug worth reporting
     (the build log is kept beside the library)."""
+
+
+class LibraryLoadError(CompileError):
+    """A kernel library that cannot be used: the loader refuses it, or it is not the build it should
+    be (another key, a missing entry point). A cached one is rebuilt; a fresh one is a real error."""
