@@ -78,12 +78,10 @@ def build(kernels, machine=None) -> tuple[KernelSet, compiler.BuildResult | None
     missing = {n: by_name[n] for n in digests if n not in entries}
     if entries:           # only the kernels no loaded library has are compiled
         module = generate_module(list(missing.values()), spec)
-    result = compiler.build(module.files)
+    result, lib = compiler.build_and_load(module.files, lambda r: _LOADED.get(r.key) or KernelLibrary(
+        r.library, module.abis, missing, build_key=r.key))
     result.kernels = len(missing)
-    lib = _LOADED.get(result.key)
-    if lib is None:
-        lib = KernelLibrary(result.library, module.abis, missing)
-        _LOADED[result.key] = lib
+    _LOADED[result.key] = lib
     for name in missing:
         _BY_SOURCE[digests[name]] = (lib, name)
         entries[name] = (lib, name)

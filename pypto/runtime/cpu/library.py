@@ -8,7 +8,7 @@ import torch
 
 from ...codegen.abi import KernelABI
 from ...errors import DTypeError, ShapeError
-from .errors import CpuKernelError, FlagWarning
+from .errors import CpuKernelError, FlagWarning, LibraryLoadError
 
 _SPACES = ("UB", "L1", "L0A", "L0B", "L0C")
 _MESSAGE_BYTES = 4096
@@ -21,19 +21,43 @@ class LaunchConfig(ctypes.Structure):
 
 
 class KernelLibrary:
-    def __init__(self, path, abis: dict[str, KernelABI], kernels: dict | None = None):
+    """``build_key``: the key the library must carry (compiler.build compiles it in); None for a
+    library built some other way. LibraryLoadError for a library that cannot be loaded, carries
+    another key or lacks a kernel's entry point."""
+
+    def __init__(self, path, abis: dict[str, KernelABI], kernels: dict | None = None, build_key: str | None = None):
         self.path = str(path)
         self.abis = abis
         self.kernels = kernels or {}
-        self._lib = ctypes.CDLL(self.path)
+        try:
+            self._lib = ctypes.CDLL(self.path)
+        except OSError as e:
+            raise LibraryLoadError(f"cannot load the kernel library {self.path}: {e}") from None
+        if build_key is not None:
+            self._check_key(build_key)
         self._entries = {}
         for name, abi in abis.items():
-            fn = getattr(self._lib, abi.cpu_entry)
+            try:
+                fn = getattr(self._lib, abi.cpu_entry)
+            except AttributeError:
+                raise LibraryLoadError(f"the kernel library {self.path} has no entry point {abi.cpu_entry} "
+                                       f"(kernel {name}): it was built from other sources") from None
             fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64),
                            ctypes.POINTER(ctypes.c_double), ctypes.POINTER(LaunchConfig), ctypes.c_char_p,
                            ctypes.c_size_t]
             fn.restype = ctypes.c_int
             self._entries[name] = fn
+
+    def _check_key(self, key: str) -> None:
+        try:
+            stamp = self._lib.pypto_build_key
+        except AttributeError:
+            raise LibraryLoadError(f"the kernel library {self.path} carries no build key: it was not built by "
+                                   f"pypto's cpu compiler") from None
+        stamp.argtypes, stamp.restype = [], ctypes.c_char_p
+        found = stamp()
+        if found != key.encode():
+            raise LibraryLoadError(f"the kernel library {self.path} was built for key {found!r}, not {key}")
 
     def prepare(self, kernel: str, ints: dict[str, int], reals: dict[str, float], block_dim: int,
                 machine) -> "PreparedLaunch":
