@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import pypto
+from pypto.sanitize import path_component
 from pypto.errors import CompileError
 from pypto.ir.tensor_graph import TensorGraph, ValueInfo
 from pypto.runtime.reference import run_graph
@@ -112,6 +113,7 @@ def test_verifier_rejects_broken_graphs(what, mutate, match):
 def test_dump_writes_text_dot_and_json(tmp_path):
     f = pypto.jit(lambda x: x.softmax(-1), backend="reference", dump=str(tmp_path))
     f(torch.randn(2, 3))
-    d = tmp_path / "<lambda>"
+    d = tmp_path / path_component("<lambda>")       # '<lambda>' is no safe folder name: sanitised, hashed
+    assert d.name.startswith("_lambda_-")
     assert {p.name for p in d.iterdir()} >= {"tensor_graph.txt", "tensor_graph.dot", "tensor_graph.json"}
     TensorGraph.from_json(json.loads((d / "tensor_graph.json").read_text())).verify()
