@@ -74,9 +74,12 @@ class TileDecl:
 class GMRegion:
     """The part of a GM tensor that a TLOAD reads or a TSTORE writes: offsets in every dim of the
     tensor; the extent is the tile's valid shape over the tensor's last two dims (extent 1 in the
-    leading dims; a 1-D tensor maps to the tile's columns with one valid row)."""
+    leading dims; a 1-D tensor maps to the tile's columns with one valid row). ``clipped``: the front
+    end clipped the tile's valid shape to what is left of the tensor (a tail), so the box must keep
+    at least one element in every dim (pypto.ir.gm_bounds states the bounds rule)."""
     param: str
     offsets: tuple
+    clipped: bool = False
 
 
 @dataclass

@@ -468,12 +468,13 @@ def _load(call, dst: TileValue, src: TensorValue, rel: list, valid, trans: bool)
     if dst.dtype != src.dtype:
         raise call.error(f"{call.name}: tile '{dst.slot.name}' is {dst.dtype.name} but tensor {src.param} is "
                          f"{src.dtype.name}; loads do not convert", at=0, hint="load, then pl.cast")
+    clipped = valid is None and dst.valid is None
     if valid is None:
         valid = dst.valid if dst.valid is not None else _box_valid(call, dst, src, rel, trans)
     attrs = dict(_ws_attrs(src) or {})
     if trans:
         attrs["trans"] = True
-    region = GMRegion(src.param, src.offsets(rel))
+    region = GMRegion(src.param, src.offsets(rel), clipped=clipped)
     return emit(call, "TLOAD", dst, [region], attrs or None, dst_valid=tuple(valid))
 
 
@@ -482,13 +483,14 @@ def _store(call, dst: TensorValue, src: TileValue, rel: list, valid):
     if src.dtype != dst.dtype and src.space != MemorySpace.Acc:
         raise call.error(f"{call.name}: tile '{src.slot.name}' is {src.dtype.name} but tensor {dst.param} is "
                          f"{dst.dtype.name}; stores from Vec do not convert", at=1, hint="pl.cast first")
+    clipped = valid is None
     if valid is None:
         # what the tile holds, clipped at the tensor's edge (a tail block writes only its rows)
         held = call.parser.valid_of(src)
         edge = _box_valid(call, src, dst, rel, False)
         valid = tuple(e if isinstance(h, int) and isinstance(e, int) and e <= h else
                       (h if e == src.shape[i] else _min(h, e)) for i, (h, e) in enumerate(zip(held, edge)))
-    region = GMRegion(dst.param, dst.offsets(rel))
+    region = GMRegion(dst.param, dst.offsets(rel), clipped=clipped)
     p = call.parser
     sec = p.require_section(call.frame, call.node, call.name)
     name = sec.decl(src.with_valid(tuple(valid)))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from ...errors import SimError
+from ...ir import gm_bounds
 
 
 def _same(v, n):
@@ -73,16 +74,12 @@ def fits_source(cop) -> str:
 
 
 def gm_fits_source(cop) -> str:
-    """Python source of a fast test ``(v, s) -> bool`` that the GM box lies inside a tensor of shape s."""
+    """Python source of a fast test ``(v, s) -> bool`` that the GM box lies inside a tensor of shape s
+    (the bounds rule of pypto.ir.gm_bounds)."""
     rank, base = cop.gm_rank, 2 * cop.n_tiles
-    rows, cols = ("v[1]", "v[0]") if cop.trans else ("v[0]", "v[1]")
-    offs = [f"v[{base + i}]" for i in range(rank)]
-    if rank == 1:
-        return f"{rows} == 1 and 0 <= {offs[0]} and {offs[0]} + {cols} <= s[0]"
-    terms = [f"0 <= {o} < s[{i}]" for i, o in enumerate(offs[:-2])]
-    terms += [f"0 <= {offs[-2]} and {offs[-2]} + {rows} <= s[{rank - 2}]",
-              f"0 <= {offs[-1]} and {offs[-1]} + {cols} <= s[{rank - 1}]"]
-    return " and ".join(terms)
+    offsets, extents, one_d = gm_bounds.box([f"v[{base + i}]" for i in range(rank)], "v[0]", "v[1]", cop.trans)
+    dims = gm_bounds.shape_view([f"s[{i}]" for i in range(rank)], one_d)
+    return gm_bounds.inside_source(offsets, extents, dims, gm_bounds.least_extent(cop.gm_region))
 
 
 def operand_shapes(cop, vals):
@@ -97,30 +94,17 @@ def operand_shapes(cop, vals):
 
 
 def gm_index(cop, vals, shape):
-    """The index of the GM box an instruction reads or writes in a tensor of ``shape``; out of bounds raises."""
-    rank = cop.gm_rank
-    rows, cols = vals[0], vals[1]
-    if cop.trans:
-        rows, cols = cols, rows
-    offs = vals[2 * cop.n_tiles: 2 * cop.n_tiles + rank]
-    if rank == 1:
-        if rows != 1:
-            return _oob(cop, shape, offs, (rows, cols), "a 1-d tensor takes one valid row")
-        ext = (cols,)
-    else:
-        ext = (1,) * (rank - 2) + (rows, cols)
-    for o, e, d in zip(offs, ext, shape):
-        if o < 0 or o + e > d:
-            return _oob(cop, shape, offs, ext, "")
-    if rank == 1:
-        return (slice(offs[0], offs[0] + cols),)
-    return tuple(offs[:-2]) + (slice(offs[-2], offs[-2] + rows), slice(offs[-1], offs[-1] + cols))
-
-
-def _oob(cop, shape, offs, ext, why):
-    box = ", ".join(f"{o}:{o + e}" for o, e in zip(offs, ext))
-    raise SimError(f"GM access {cop.gm_param}[{box}] is outside the tensor of shape {list(shape)}"
-                   f"{' (' + why + ')' if why else ''}\n  in {cop.where()}", loc=cop.loc)
+    """The index of the GM box an instruction reads or writes in a tensor of ``shape``; a box that
+    breaks the bounds rule (pypto.ir.gm_bounds) raises."""
+    base = 2 * cop.n_tiles
+    offsets, extents, one_d = gm_bounds.box(vals[base:base + cop.gm_rank], vals[0], vals[1], cop.trans)
+    dims = gm_bounds.shape_view(shape, one_d)
+    if not gm_bounds.inside(offsets, extents, dims, gm_bounds.least_extent(cop.gm_region)):
+        raise SimError(gm_bounds.access_error_text(cop.stmt, cop.block.name, offsets, extents, dims, one_d),
+                       loc=cop.loc, hint=gm_bounds.HINT)
+    if one_d:
+        return (slice(offsets[1], offsets[1] + extents[1]),)
+    return tuple(offsets[:-2]) + tuple(slice(o, o + e) for o, e in zip(offsets[-2:], extents[-2:]))
 
 
 def execute(views, gm, cop, vals):

@@ -48,7 +48,7 @@ class COp:
     """One statement, compiled."""
     __slots__ = ("kind", "pipe", "pipe_enum", "op", "stmt", "loc", "block", "text", "index",
                  "tiles", "reads", "writes", "region", "attrs", "sem", "gm_param", "gm_rank", "gm_itemsize",
-                 "n_tiles", "scalar_at", "trans", "measure", "static", "dynamic_valid",
+                 "n_tiles", "scalar_at", "trans", "gm_region", "measure", "static", "dynamic_valid",
                  "key", "other", "event", "flag", "kind_name", "fits", "gm_fits", "mcache", "nvalid",
                  "read_atoms", "write_atoms")
 
@@ -173,6 +173,7 @@ class CompiledBlock:
                     raise self._err(cop, f"GM region {o.param} has {len(o.offsets)} offsets for a "
                                          f"{len(g.shape)}-d tensor")
                 cop.gm_param, cop.gm_rank, cop.gm_itemsize = o.param, len(g.shape), g.dtype.itemsize
+                cop.gm_region = o
                 gm_offs = list(o.offsets)
             else:
                 if isinstance(o, (str, GMRegion)):

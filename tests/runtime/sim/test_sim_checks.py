@@ -149,9 +149,10 @@ def test_gm_access_outside_the_tensor():
     blk = bad.blocks[0]
     blk.body = [s for s in blk.body if not isinstance(s, (SetFlag, WaitFlag))][:1]
     blk.body[0].operands[1] = GMRegion("x", (8, 0))       # rows 8..24 of a 16-row tensor
-    with pytest.raises(SimError, match=r"GM access x\[8:24, 0:64\] is outside the tensor of shape \[16, 64\]"):
+    with pytest.raises(SimError, match=r"GM access outside its tensor: `TLOAD a, x\[8, 0\]` \(block two_loads\) reads "
+                                     r"x\[8:24, 0:64\] .*but x has shape \[16, 64\]: dim 0: the box ends at 24"):
         _run(bad, _args(16, 64))
-    with pytest.raises(SimError, match=r"outside the tensor"):
+    with pytest.raises(SimError, match=r"outside its tensor"):
         _run(bad, {"x": (16, 64), "y": (16, 64), "z": (16, 64)}, timing_only=True)
 
 
