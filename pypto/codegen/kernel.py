@@ -14,6 +14,7 @@ import sympy
 from ..errors import CompileError
 from ..ir.block import (Block, CoreType, CrossCoreSetFlag, CrossCoreWaitFlag, For, GMRegion, If, Instr, Kernel,
                         PipeBarrier, SetFlag, TileDecl, WaitFlag, walk)
+from ..ir import gm_bounds
 from ..ir.isa import ISA, MemSpace
 from ..machine import get_machine
 from ..sanitize import cpp_comment, cpp_string
@@ -60,6 +61,13 @@ class BlockEmitter:
         self.scratch: dict[tuple, str] = {}           # (dtype, shape) -> scratch tile name
         self.valid_deps = {t.name: self._valid_loop_deps(t) for t in block.tiles}
         self.fresh: set[str] = set()                   # loop-dependent valid shapes current at this point
+        # how a failing bounds check names a GM access: "<core>:<number of the access>"
+        sites = gm_bounds.access_sites(block)
+        self.gm_sites = {id(i): f"{block.core}:{n}" for n, i in enumerate(sites)}
+        # tiles moved to or from GM with a dynamic valid shape get it set at their first use, after the
+        # bounds check: a valid shape the rule refuses (<= 0 past a tensor's end) must not fail earlier
+        self.valid_at_use = {o for i in sites for o in i.operands if isinstance(o, str) and o in self.tiles
+                             and any(tt.dynamic_dims(self.tiles[o]))}
 
     # ------------------------------------------------------------------ naming
     def _name_everything(self):
@@ -109,6 +117,8 @@ class BlockEmitter:
     def emit_stmt(self, s, depth: int, bound: set[str]):
         pad = INDENT * depth
         if isinstance(s, Instr):
+            if s.op in ("TLOAD", "TSTORE"):
+                self.emit_gm_check(s, pad)
             self.refresh_valid(s, pad, bound)
             self.emit_instr(s, pad)
         elif isinstance(s, For):
@@ -170,7 +180,7 @@ class BlockEmitter:
         """SetValid* for operand tiles whose valid shape depends on loop variables and is stale here."""
         for name in dict.fromkeys(o for o in ins.operands if isinstance(o, str)):
             deps = self.valid_deps.get(name)
-            if not deps or name in self.fresh:
+            if (not deps and name not in self.valid_at_use) or name in self.fresh:
                 continue
             if not deps <= bound:
                 raise CompileError(f"{ins.op} uses tile {name} outside the loop(s) over {sorted(deps - bound)} "
@@ -244,7 +254,8 @@ class BlockEmitter:
             self.scratch[key] = self.namer.fresh(f"tmp{len(self.scratch)}")
         return self.scratch[key]
 
-    def emit_move_gm(self, ins: Instr, pad: str, load: bool):
+    def _gm_operands(self, ins: Instr, load: bool) -> tuple[GMRegion, str, bool]:
+        """(region, tile, transposed?) of a TLOAD / TSTORE, checked."""
         region = ins.operands[1] if load else ins.operands[0]
         tile = ins.operands[0] if load else ins.operands[1]
         if not isinstance(region, GMRegion) or not isinstance(tile, str):
@@ -260,17 +271,30 @@ class BlockEmitter:
         trans = bool(ins.attrs.get("trans", False))
         if trans and not load:
             raise CompileError("TSTORE does not transpose; transpose the tile first (TTRANS)", loc=ins.loc)
+        return region, tile, trans
+
+    def emit_gm_check(self, ins: Instr, pad: str):
+        """The whole GM bounds rule over the tile's valid shape, before SetValid* (checked builds only)."""
+        region, tile, trans = self._gm_operands(ins, ins.op == "TLOAD")
+        self.tile_name(tile, ins)                   # an undeclared tile raises here
+        rows, cols = self.tiles[tile].valid_shape
+        offsets = ", ".join(self.int_expr(o) for o in region.offsets)
+        self.lines.append(f"{pad}pypto::check_gm_access({self.names[('dims', region.param)]}, {{{offsets}}}, "
+                          f"{self.int_expr(rows)}, {self.int_expr(cols)}, {'true' if trans else 'false'}, "
+                          f"{gm_bounds.least_extent(region)}, {cpp_string(self.gm_sites[id(ins)])});")
+
+    def emit_move_gm(self, ins: Instr, pad: str, load: bool):
+        region, tile, trans = self._gm_operands(ins, load)
         self.used_gm.setdefault(region.param, set()).add(trans)
         gname = self.names[("gm", region.param)]
         view = self.names[("view_t" if trans else "view", region.param)]
         dims = self.names[("dims", region.param)]
         box = self.namer.fresh(f"{gname}_box")
         offsets = ", ".join(self.int_expr(o) for o in region.offsets)
-        what = f"{region.param}[{', '.join(str(o) for o in region.offsets)}]" + (f" at {ins.loc}" if ins.loc else "")
         helper = "gm_box_t" if trans else "gm_box"
         tname = self.tile_name(tile, ins)
         self.lines.append(f"{pad}{view} {box} = pypto::{helper}<{view}>({gname}, {dims}, {{{offsets}}}, "
-                          f"{tname}, {cpp_string(what)});")
+                          f"{tname}, {cpp_string(self.gm_sites[id(ins)])});")
         call = f"TLOAD({tname}, {box});" if load else f"TSTORE({box}, {tname});"
         self.lines.append(f"{pad}{call}{_loc_comment(ins.loc)}")
 
@@ -299,7 +323,7 @@ class BlockEmitter:
         type_name = self.names[("type", t.name)]
         dyn_r, dyn_c = tt.dynamic_dims(t)
         vr, vc = t.valid_shape
-        in_loop = bool(self._valid_loop_deps(t))
+        in_loop = bool(self._valid_loop_deps(t)) or t.name in self.valid_at_use
         args = []
         if dyn_r:
             args.append(str(t.shape[0]) if in_loop else self.int_expr(vr))

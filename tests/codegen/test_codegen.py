@@ -98,7 +98,11 @@ def test_vector_kernel_file():
     # a [8, 8] fp32 tile with one valid column: column-major, as pto-isa's row-expand ops read it
     assert "using m_t = Tile<TileType::Vec, float, 8, 8, BLayout::ColMajor, DYNAMIC, 1>;" in src
     assert "TLOAD(xt, x_box);  // model.py:20" in src
-    assert 'x_gm x_box = pypto::gm_box<x_gm>(x, x_dims, {r, 0}, xt, "x[r, 0] at model.py:20");' in src
+    # the access is named by its site (core, number of the GM access); the checked build checks the whole
+    # bounds rule over the valid shape before SetValidRow (pypto.ir.gm_bounds)
+    assert 'x_gm x_box = pypto::gm_box<x_gm>(x, x_dims, {r, 0}, xt, "AIV:0");' in src
+    assert 'pypto::check_gm_access(x_dims, {r, 0}, pypto::min(8, M - r), 256, false, 0, "AIV:0");\n' \
+           '        xt.SetValidRow(pypto::min(8, M - r));' in src
     assert "set_flag(PIPE_MTE2, PIPE_V, EVENT_ID0);\n        wait_flag(PIPE_MTE2, PIPE_V, EVENT_ID0);" in src
     assert "TROWMAX(m, xf, tmp0);  // model.py:22" in src          # pto-isa's reductions take a tmp tile
     assert "TCVT(xt, xf, RoundMode::CAST_RINT);" in src
@@ -149,7 +153,10 @@ def test_scalar_parameters_and_real_scalars():
     assert [a.name for a in abi.ints] == ["M", "r0"] and [a.name for a in abi.reals] == ["alpha"]
     assert "int64_t r0;  // scalar parameter" in src and "double alpha;  // scalar parameter" in src
     assert "TMULS(t, t, static_cast<float>(static_cast<double>(alpha)));" in src
-    assert "t_t t(pypto::min(8, M - r0));" in src
+    # a tile moved to or from GM gets its dynamic valid shape at its first use, after the bounds check
+    assert "t_t t(8);" in src
+    assert 'pypto::check_gm_access(x_dims, {r0, 0}, pypto::min(8, M - r0), 256, false, 0, "AIV:0");\n' \
+           '    t.SetValidRow(pypto::min(8, M - r0));' in src
 
 
 def _block(body, tiles=None, gm=None, core=CoreType.AIV, params=()):

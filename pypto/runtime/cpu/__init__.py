@@ -27,6 +27,7 @@ from . import compiler
 from .compiler import STATS, INCLUDE_DIR
 from .errors import BuildWarning, CpuKernelError, FlagWarning
 from .block_count import cores_to_run
+from .gm_check import build_flags, checked_mode
 from .executor import Buffers, bind_env, execute, expand, written_bases
 from .library import KernelLibrary
 
@@ -57,42 +58,45 @@ class KernelSet:
         lib.launch(inner, *args, **kwargs)
 
 
-def build(kernels, machine=None) -> tuple[KernelSet, compiler.BuildResult | None]:
+def build(kernels, machine=None, checked: bool | None = None) -> tuple[KernelSet, compiler.BuildResult | None]:
     """Generate the kernels' sources and find each compiled in an already loaded library; compile
     the others into one (cached on disk by content). ``kernels``: a list or a dict name -> Kernel.
+    checked: build with the whole GM bounds rule compiled in (default: PYPTO_CPU_CHECK; gm_check.py).
     Returns the kernel set and the build result (None when everything was already loaded)."""
     spec = _machine(machine)
+    checked = checked_mode(checked)
+    tag = (spec.name, checked)
     by_name = kernels if isinstance(kernels, dict) else {k.name: k for k in kernels}
     known = {name: _BY_OBJECT.get(id(k)) for name, k in by_name.items()}
-    if all(e is not None and e[0]() is by_name[n] and e[1] == spec.name for n, e in known.items()):
+    if all(e is not None and e[0]() is by_name[n] and e[1] == tag for n, e in known.items()):
         # the very Kernel objects already ran (kernels are not edited once they have run)
         return KernelSet({n: (e[2], e[3]) for n, e in known.items()}), None
     module = generate_module(list(by_name.values()), spec)
-    digests = {name: hashlib.sha256(module.files[f"kernels/{abi.ident}.cpp"].encode()).hexdigest()
+    digests = {name: (hashlib.sha256(module.files[f"kernels/{abi.ident}.cpp"].encode()).hexdigest(), checked)
                for name, abi in module.abis.items()}
     entries = {n: _BY_SOURCE[d] for n, d in digests.items() if d in _BY_SOURCE}
     if len(entries) == len(digests):
         STATS.cache_hits += 1
-        _remember(by_name, entries, spec)
+        _remember(by_name, entries, tag)
         return KernelSet(entries), None
     missing = {n: by_name[n] for n in digests if n not in entries}
     if entries:           # only the kernels no loaded library has are compiled
         module = generate_module(list(missing.values()), spec)
     result, lib = compiler.build_and_load(module.files, lambda r: _LOADED.get(r.key) or KernelLibrary(
-        r.library, module.abis, missing, build_key=r.key))
+        r.library, module.abis, missing, build_key=r.key), flags=build_flags(checked))
     result.kernels = len(missing)
     _LOADED[result.key] = lib
     for name in missing:
         _BY_SOURCE[digests[name]] = (lib, name)
         entries[name] = (lib, name)
-    _remember(by_name, entries, spec)
+    _remember(by_name, entries, tag)
     return KernelSet(entries), result
 
 
-def _remember(by_name, entries, spec):
+def _remember(by_name, entries, tag):
     for name, k in by_name.items():
         try:
-            _BY_OBJECT[id(k)] = (weakref.ref(k), spec.name, *entries[name])
+            _BY_OBJECT[id(k)] = (weakref.ref(k), tag, *entries[name])
         except TypeError:
             pass
 
@@ -104,14 +108,16 @@ def _threads(threads) -> int:
     return max(1, int(env)) if env else (os.cpu_count() or 1)
 
 
-def run(graph: ExecutionGraph, args: dict, env: dict, *, machine=None, threads=None, **ignored):
+def run(graph: ExecutionGraph, args: dict, env: dict, *, machine=None, threads=None, checked=None, **ignored):
     """Run ``graph`` natively. args: buffer name -> CPU tensor (inputs; outputs to write in place,
     optionally); env: size symbol name -> int. threads: host threads (default: all CPUs, or
-    PYPTO_CPU_THREADS). Options of other backends (timing_only, trace, policy...) are accepted and
-    ignored. Returns ({output name: tensor}, Report)."""
+    PYPTO_CPU_THREADS). checked: the checked build, which checks the whole GM bounds rule of every
+    TLOAD / TSTORE as the sim does (default: env PYPTO_CPU_CHECK=1; the test suite sets it). Options
+    of other backends (timing_only, trace, policy...) are accepted and ignored. Returns ({output name:
+    tensor}, Report)."""
     spec = _machine(machine)
     t0 = time.perf_counter()
-    kernels, built = build(graph.kernels, spec)
+    kernels, built = build(graph.kernels, spec, checked)
     return run_with(kernels, graph, args, env, machine=spec, threads=threads, built=built,
                     setup_s=time.perf_counter() - t0)
 

@@ -9,6 +9,7 @@ import torch
 from ...codegen.abi import KernelABI
 from ...errors import DTypeError, ShapeError
 from .errors import CpuKernelError, FlagWarning, LibraryLoadError
+from .gm_check import bounds_error
 
 _SPACES = ("UB", "L1", "L0A", "L0B", "L0C")
 _MESSAGE_BYTES = 4096
@@ -73,6 +74,9 @@ class KernelLibrary:
         text = message.value.decode(errors="replace")
         if rc == 1:
             k = self.kernels.get(kernel)
+            bounds = bounds_error(k, text)
+            if bounds is not None:
+                raise bounds
             raise CpuKernelError(f"kernel {kernel} failed on the cpu backend: {text}",
                                  loc=getattr(k, "loc", None))
         if rc == 2:

@@ -114,8 +114,9 @@ def _run_fault(kind, rows=16):
 
 @pytest.mark.parametrize("kind,message", [
     ("missing_set", r"wait_flag\(PIPE_MTE2, PIPE_V, EVENT_ID0\) has no earlier matching set_flag"),
-    ("out_of_bounds", r"x\[M - 4, 0\] at model.py:70: the box at \[12, 0\] with extent \[8, 64\] lies outside "
-                      r"the tensor's shape \[16, 64\]"),
+    ("out_of_bounds", r"GM access outside its tensor: `TLOAD t, x\[M - 4, 0\]` \(block faulty\) reads "
+                      r"x\[12:20, 0:64\] \(offsets \[12, 0\], extent \[8, 64\]\), but x has shape \[16, 64\]: "
+                      r"dim 0: the box ends at 20"),
     ("over_capacity", r"TASSIGN: a 8x64 tile at UB\+195584 needs 197632 bytes; UB has 196608"),
     ("single_type_cross_flag", "cross-core set_flag in a kernel that has only one core type"),
     ("cross_core_deadlock", "waits for cross-core flag 5 that no core of the cluster will set"),
@@ -123,7 +124,8 @@ def _run_fault(kind, rows=16):
 def test_kernel_faults_raise(kind, message):
     with pytest.raises(SimError, match=message) as info:
         _run_fault(kind)
-    assert info.value.loc is not None and info.value.loc.line == 69     # the kernel's source line
+    # the load's source line for a GM access outside its tensor, else the kernel's
+    assert info.value.loc is not None and info.value.loc.line == (70 if kind == "out_of_bounds" else 69)
 
 
 def test_flags_left_set_warn():

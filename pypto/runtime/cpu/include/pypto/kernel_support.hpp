@@ -1,6 +1,7 @@
 // pypto kernel support: what generated kernels use beside the PTO tile API.
 //  - scalar index math with Python semantics (floor division, modulo, min/max);
-//  - gm_box: a GlobalTensor view of one tile-sized box of a GM tensor, bounds-checked;
+//  - gm_box: a GlobalTensor view of one tile-sized box of a GM tensor, bounds-checked
+//    (check_gm_access: the whole bounds rule, in checked builds);
 //  - the instructions pypto's ISA marks ext=True (pypto::TSIGMOID, pypto::TROWCUMSUM, ...),
 //    written against the public tile API only (DType, Rows, Cols, data(), GetValidRow/Col) so
 //    that they build with pypto's CPU header and with pto-isa's -D__CPU_SIM headers alike;
@@ -55,6 +56,12 @@ inline int64_t max(int64_t a, int64_t b, R... rest)
 }
 
 // ---------------------------------------------------------------- GM boxes
+// The bounds rule of a GM access is stated in pypto/ir/gm_bounds.py: a tile of valid (rows, cols)
+// moves the box at `offsets` whose extent is (rows, cols) over the last two dims ((cols, rows)
+// transposed), 1 in leading dims (a 1-D tensor: cols, with rows in [least, 1]); in every dim
+// 0 <= offset, least <= extent, offset + extent <= dim. least is 1 for a region the front end
+// clipped to the tensor (a tail), else 0. A failure names the access by its site ("AIV:3", the
+// number of pypto.ir.gm_bounds.access_sites) and its numbers; the Python side words the message.
 namespace detail {
 
 template <size_t N>
@@ -66,45 +73,46 @@ inline std::string list_text(const int64_t (&v)[N])
 }
 
 template <size_t N>
-[[noreturn]] __attribute__((noinline, cold)) void box_outside(const char* what, const int64_t (&dims)[N],
-                                                            const int64_t (&offsets)[N], const int64_t (&extents)[N])
+[[noreturn]] __attribute__((noinline, cold)) void box_outside(const char* site, const int64_t (&dims)[N],
+                                                            const int64_t (&offsets)[N], int64_t rows, int64_t cols)
 {
-    fail(std::string(what) + ": the box at " + list_text(offsets) + " with extent " + list_text(extents) +
-         " lies outside the tensor's shape " + list_text(dims));
+    fail(std::string("GM access outside its tensor at site ") + site + ": offsets " + list_text(offsets) +
+         ", valid [" + std::to_string(rows) + ", " + std::to_string(cols) + "], shape " + list_text(dims));
 }
 
-[[noreturn]] __attribute__((noinline, cold)) inline void box_not_a_row(const char* what)
-{
-    fail(std::string(what) + ": a 1-D tensor maps to a tile with one valid row");
-}
-
-// The error paths above are out of line: a box is made per tile, so this stays a few loads,
-// multiplies and compares.
-template <class GT, class T, size_t N>
-inline GT make_box(T* base, const int64_t (&dims)[N], const int64_t (&offsets)[N], int64_t rows, int64_t cols,
-                   bool transposed, const char* what)
+template <size_t N>
+inline bool box_inside(const int64_t (&dims)[N], const int64_t (&offsets)[N], int64_t rows, int64_t cols,
+                       bool transposed, int64_t least)
 {
     static_assert(N >= 1, "a GM tensor has at least one dimension");
-    int64_t extents[N];
-    for (size_t i = 0; i < N; ++i) extents[i] = 1;
     if constexpr (N == 1) {
-        if (rows != 1) box_not_a_row(what);
-        extents[0] = cols;
+        return least <= rows && rows <= 1 && offsets[0] >= 0 && cols >= least && offsets[0] + cols <= dims[0];
     } else {
-        extents[N - 2] = transposed ? cols : rows;
-        extents[N - 1] = transposed ? rows : cols;
+        bool inside = true;
+        for (size_t i = 0; i < N; ++i) {
+            const int64_t e = i == N - 2 ? (transposed ? cols : rows) : i == N - 1 ? (transposed ? rows : cols) : 1;
+            inside &= offsets[i] >= 0 && e >= least && offsets[i] + e <= dims[i];
+        }
+        return inside;
     }
+}
+
+// Every build guards the memory of the tensor (the rule with least 0); the error path is out of
+// line: a box is made per tile, so this stays a few loads, multiplies and compares.
+template <class GT, class T, size_t N>
+inline GT make_box(T* base, const int64_t (&dims)[N], const int64_t (&offsets)[N], int64_t rows, int64_t cols,
+                   bool transposed, const char* site)
+{
+    if (__builtin_expect(!box_inside(dims, offsets, rows, cols, transposed, 0), 0))
+        box_outside(site, dims, offsets, rows, cols);
     int64_t offset = 0;
     int64_t stride = 1;
     int64_t row_stride = cols;
-    bool outside = false;
     for (size_t i = N; i-- > 0;) {
-        outside |= offsets[i] < 0 || offsets[i] + extents[i] > dims[i];
         offset += offsets[i] * stride;
         if (N >= 2 && i == N - 2) row_stride = stride;
         stride *= dims[i];
     }
-    if (__builtin_expect(outside, 0)) box_outside(what, dims, offsets, extents);
     using Shape = typename GT::Shape;
     using Stride = typename GT::Stride;
     const Stride strides = transposed ? Stride(0, 0, 0, 1, row_stride) : Stride(0, 0, 0, row_stride, 1);
@@ -113,19 +121,34 @@ inline GT make_box(T* base, const int64_t (&dims)[N], const int64_t (&offsets)[N
 
 }  // namespace detail
 
+// The whole rule, before the tile's valid shape is set for the access (a clipped valid shape of 0
+// or less would otherwise be refused as a tile error, or move nothing): compiled in by
+// -DPYPTO_CHECK_GM (the cpu backend's checked mode), nothing in other builds.
+template <size_t N>
+inline void check_gm_access([[maybe_unused]] const int64_t (&dims)[N], [[maybe_unused]] const int64_t (&offsets)[N],
+                            [[maybe_unused]] int64_t rows, [[maybe_unused]] int64_t cols,
+                            [[maybe_unused]] bool transposed, [[maybe_unused]] int64_t least,
+                            [[maybe_unused]] const char* site)
+{
+#if defined(PYPTO_CHECK_GM)
+    if (__builtin_expect(!detail::box_inside(dims, offsets, rows, cols, transposed, least), 0))
+        detail::box_outside(site, dims, offsets, rows, cols);
+#endif
+}
+
 // The box of GM tensor `base` (shape `dims`, contiguous) starting at `offsets` whose extent is
 // the tile's valid region over the last two dims (1 in leading dims).
 template <class GT, class T, size_t N, class TileT>
-inline GT gm_box(T* base, const int64_t (&dims)[N], const int64_t (&offsets)[N], const TileT& tile, const char* what)
+inline GT gm_box(T* base, const int64_t (&dims)[N], const int64_t (&offsets)[N], const TileT& tile, const char* site)
 {
-    return detail::make_box<GT>(base, dims, offsets, tile.GetValidRow(), tile.GetValidCol(), false, what);
+    return detail::make_box<GT>(base, dims, offsets, tile.GetValidRow(), tile.GetValidCol(), false, site);
 }
 
 // The transposed box: GM extent [valid cols, valid rows], read column by column into the tile.
 template <class GT, class T, size_t N, class TileT>
-inline GT gm_box_t(T* base, const int64_t (&dims)[N], const int64_t (&offsets)[N], const TileT& tile, const char* what)
+inline GT gm_box_t(T* base, const int64_t (&dims)[N], const int64_t (&offsets)[N], const TileT& tile, const char* site)
 {
-    return detail::make_box<GT>(base, dims, offsets, tile.GetValidRow(), tile.GetValidCol(), true, what);
+    return detail::make_box<GT>(base, dims, offsets, tile.GetValidRow(), tile.GetValidCol(), true, site);
 }
 
 // ---------------------------------------------------------------- ext instructions
