@@ -13,7 +13,6 @@ TilingKey values. The Block IR, the pipeline transform and kernel.cpp are writte
 from __future__ import annotations
 
 import functools
-import inspect
 
 import sympy
 import torch
@@ -25,6 +24,7 @@ from pypto.machine import get_machine, load_machine
 from pypto.sanitize import user_name
 
 from .errors import LaunchError
+from .signature import kernel_signature
 from .types import STATIC, ScalarAnnotation, TensorAnnotation
 
 
@@ -33,7 +33,7 @@ class ProKernel:
                  auto_sync: bool = True, timing_only: bool = False, trace=None, dump=None, name=None):
         self.fn = fn
         self.name = user_name(name, "pl.jit", default=getattr(fn, "__name__", "kernel"))
-        self.signature = inspect.signature(fn)
+        self.signature = kernel_signature(fn, self.name)
         self.backend = backends.check_backend(backend) if backend else None
         self.pipeline = pipeline
         self.tiling_key = tiling_key
