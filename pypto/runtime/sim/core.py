@@ -33,6 +33,7 @@ from operator import gt
 import torch
 
 from ...errors import SimError
+from ...ir import gm_bounds
 from .functional import execute, gm_index, make_views, operand_shapes
 from .program import BARRIER, INSTR, SET, WAIT, XSET, XWAIT, CROSS_CORE_FLAGS
 from .timing import NPIPES, PIPES, S_PIPE
@@ -234,6 +235,10 @@ class CoreRun:
         start = free[p]
         if issue > start:
             start = issue
+        if cop.gm_fits is not None:                 # the GM bounds rule first: a box past the end clips to <= 0
+            g = self.gm[cop.gm_param]
+            if not cop.gm_fits(vals, g if type(g) is tuple else g.shape):
+                gm_index(cop, vals, g if type(g) is tuple else g.shape)     # raises, explaining the box
         m = cop.static
         if m is None:                               # valid shapes known only now (tails)
             key = vals[:cop.nvalid]
@@ -247,8 +252,6 @@ class CoreRun:
         occ, nbytes, port, flops, vec, elems = m
         st = self.state
         if nbytes:
-            if not self.functional and not cop.gm_fits(vals, self.gm[cop.gm_param]):
-                gm_index(cop, vals, self.gm[cop.gm_param])     # raises, explaining the box
             gmm = st.gmem
             write = cop.region == "store"
             g = self.gm[cop.gm_param]
@@ -340,7 +343,8 @@ class CoreRun:
                 self.vc[p][self.base + p] += 1
 
     # cross-core flags (Ascend mode 2): the cube's set reaches every vector sub-block of its cluster;
-    # the cube's counter rises once every vector sub-block has set.
+    # the cube's counter rises once every vector sub-block has set. A posted flag is (cycle, clock,
+    # the set statements behind it) — the statements name the culprit when nobody waits for it.
     def cross_set(self, cop, issue):
         t = self.done[cop.pipe]
         if issue > t:
@@ -355,25 +359,26 @@ class CoreRun:
             self.vc[cop.pipe][self.base + cop.pipe] += 1
         if self.xin is None:                       # a vector sub-block: towards the cube
             cube = self.partners[0]
-            cube.xin[f][self.sub].append((t, snap))
+            cube.xin[f][self.sub].append((t, snap, cop))
             if all(cube.xin[f]):
                 got = [d.popleft() for d in cube.xin[f]]
                 joined = None
                 if self.check:
                     joined = list(got[0][1])
-                    for _, sn in got[1:]:
-                        _join(joined, sn)
-                cube.post_cross(f, max(g[0] for g in got), joined, cop)
+                    for g in got[1:]:
+                        _join(joined, g[1])
+                cube.post_cross(f, max(g[0] for g in got), joined, tuple(g[2] for g in got))
         else:
             for v in self.partners:
-                v.post_cross(f, t, snap, cop)
+                v.post_cross(f, t, snap, (cop,))
 
-    def post_cross(self, f, t, snap, cop):
+    def post_cross(self, f, t, snap, setops):
         q = self.xq[f]
         if len(q) >= CROSS_CORE_FLAGS:
             raise SimError(f"cross-core flag {f} of {self.core.name} set more than {CROSS_CORE_FLAGS} times "
-                           f"without a wait\n  by {cop.where()}", loc=cop.loc)
-        q.append((t, snap))
+                           f"without a wait\n  by {setops[-1].where()}\n  first unwaited set by "
+                           f"{q[0][2][-1].where()}", loc=setops[-1].loc)
+        q.append((t, snap, setops))
         for p in range(NPIPES):
             pend = self.pending[p]
             if pend and pend[0][0].kind == XWAIT and pend[0][0].flag == f:
@@ -383,7 +388,7 @@ class CoreRun:
         q = self.xq[cop.flag]
         if not q:
             return False
-        t_set, snap = q.popleft()
+        t_set, snap, _ = q.popleft()
         p = cop.pipe
         t = max(self.free[p], issue)
         if t_set > t:
@@ -410,8 +415,22 @@ class CoreRun:
                                hint="every set_flag needs its wait_flag, or the event stays set for the next task")
         for f, q in enumerate(self.xq):
             if q:
-                raise SimError(f"cross-core flag {f} of {self.core.name} was set and never waited "
-                               f"(block {self.cb.block.name})", loc=self.cb.block.loc)
+                setops = q[0][2]
+                by = "\n  ".join(op.where() for op in dict.fromkeys(setops))
+                raise SimError(f"cross-core flag {f} of {self.core.name} was set and never waited: no "
+                               f"cross_core_wait_flag flag{f} of block {self.cb.block.name} consumes the set by\n  "
+                               f"{by}", loc=setops[0].loc,
+                               hint=f"every cross_core_set_flag needs a cross_core_wait_flag on the partner core")
+        for f, subs in enumerate(self.xin or ()):
+            for sub, d in enumerate(subs):
+                if d:
+                    setop = d[0][2]
+                    missing = ", ".join(str(s) for s, other in enumerate(subs) if not other)
+                    raise SimError(f"cross-core flag {f} towards {self.core.name}: vector sub-block {sub} set it "
+                                   f"at {setop.where()}, but sub-block(s) {missing} never did, so the cube "
+                                   f"never sees it", loc=setop.loc,
+                                   hint="the cube counts a flag once every vector sub-block of the cluster "
+                                        "has set it")
 
     def blocked_report(self) -> list[str]:
         out = []
@@ -509,12 +528,9 @@ class CoreRun:
     @staticmethod
     def _gm_box(cop, vals):
         """(leading offsets, (r0, r1, c0, c1)) of an instruction's GM box."""
-        n, rank = 2 * cop.n_tiles, cop.gm_rank
-        rows, cols = (vals[1], vals[0]) if cop.trans else (vals[0], vals[1])
-        offs = vals[n:n + rank]
-        if rank == 1:
-            return (), (0, 1, offs[0], offs[0] + cols)
-        return tuple(offs[:-2]), (offs[-2], offs[-2] + rows, offs[-1], offs[-1] + cols)
+        n = 2 * cop.n_tiles
+        offs, ext, _ = gm_bounds.box(vals[n:n + cop.gm_rank], vals[0], vals[1], cop.trans)
+        return offs[:-2], (offs[-2], offs[-2] + ext[-2], offs[-1], offs[-1] + ext[-1])
 
     def _check_declared(self, cop, write, lead, box):
         """The task's GM access must lie in a region it declares: the scheduler orders tasks by those."""
