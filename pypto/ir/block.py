@@ -52,7 +52,11 @@ class GMParam:
 class TileDecl:
     """An on-chip tile: ``shape`` is static (rows, cols); ``valid`` is an optional pair of scalar
     expressions (evaluated where the tile is used) for tails; ``addr`` is the byte offset in its
-    memory space (None until memory planning)."""
+    memory space (None until memory planning). ``buffer`` names the buffer the tile is a view of when
+    several declarations are one buffer (Professional mode declares a slot once per valid shape): what
+    is written through one of them is read through the others. Tiles that merely share bytes at
+    different times are different buffers (None: the tile is a buffer of its own), and the simulator
+    reports reading a tile whose bytes another buffer wrote since."""
     name: str
     space: MemSpace
     dtype: DataType
@@ -60,6 +64,11 @@ class TileDecl:
     addr: int | None = None
     valid: tuple | None = None
     layout: str = "ND"     # ND (row major), NZ (cube fractal), DN (column major)
+    buffer: str | None = None
+
+    @property
+    def buffer_name(self) -> str:
+        return self.buffer or self.name
 
     @property
     def nbytes(self) -> int:

@@ -22,6 +22,7 @@ class SectionBuilder:
         self.tiles: dict[str, TileDecl] = {}
         self.slot_of: dict[str, object] = {}          # decl name -> Slot
         self._decl_names: dict = {}                   # (slot uid, valid key) -> decl name
+        self._buffer_of: dict = {}                    # slot uid -> the name of its first declaration
         self.body: list = []
         self.stack: list[list] = [self.body]
         self.used = False
@@ -57,8 +58,9 @@ class SectionBuilder:
         base = c_identifier(slot.name)
         name = base if key[1] is None and base not in self.tiles else self._fresh(base + "_v")
         t = slot.ttype
+        buffer = self._buffer_of.setdefault(slot.uid, name)        # every declaration of a slot is one buffer
         self.tiles[name] = TileDecl(name, t.target_memory.ir_space, t.dtype, t.shape, slot.addr,
-                                    tuple(valid) if valid is not None else t.valid_shape, t.layout)
+                                    tuple(valid) if valid is not None else t.valid_shape, t.layout, buffer)
         self.slot_of[name] = slot
         self._decl_names[key] = name
         return name
@@ -70,8 +72,9 @@ class SectionBuilder:
         return f"{base}{i}"
 
     def snapshot(self):
-        return (dict(self.tiles), dict(self.slot_of), dict(self._decl_names), self.used)
+        return (dict(self.tiles), dict(self.slot_of), dict(self._decl_names), self.used, dict(self._buffer_of))
 
     def restore(self, snap) -> None:
         self.tiles, self.slot_of, self._decl_names, self.used = (dict(snap[0]), dict(snap[1]), dict(snap[2]),
                                                                  snap[3])
+        self._buffer_of = dict(snap[4])

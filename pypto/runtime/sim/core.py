@@ -20,7 +20,8 @@ Checks (``check=True``):
   records (pipe, epoch); an access that conflicts with another pipe's access (write/read, read/write,
   write/write) over overlapping bytes that its clock does not cover is a race;
 * clobbered live tiles — every byte range remembers which tile last wrote it; reading a tile whose
-  bytes another tile wrote since (partly or wholly) means two live buffers overlap;
+  bytes a tile of another buffer wrote since (partly or wholly) means two live buffers overlap (the
+  declarations of one buffer, ``TileDecl.buffer``, read what each other wrote);
   (both checks keep their state per "atom": the byte ranges between tile boundaries, program.py)
 * event ids — a set on an event whose previous set has not been waited yet is a reuse while live;
   a set left unwaited when the block ends is unbalanced; a wait that nothing sets is a deadlock.
@@ -108,7 +109,7 @@ class CoreRun:
             self.r_op = [[None] * NPIPES for _ in range(n)]
             self.owner = [None] * n                 # the tile whose write put the atom's bytes there
             self.atoms = cb.atoms
-            self.row_views = cb.row_views
+            self.buffer_of = cb.buffer_of
 
     # ------------------------------------------------------------------ the scalar unit
     def step(self, budget: int) -> int:
@@ -450,11 +451,11 @@ class CoreRun:
         p = cop.pipe
         vcp = self.vc[p]
         base = self.base
-        w_pipe, w_clk, owner, r_clk = self.w_pipe, self.w_clk, self.owner, self.r_clk
+        w_pipe, w_clk, owner, r_clk, buffer_of = self.w_pipe, self.w_clk, self.owner, self.r_clk, self.buffer_of
         clk = vcp[base + p]
         for t, a in cop.read_atoms:
             o = owner[a]
-            if o is not None and o != t and o not in self.row_views[t]:
+            if o is not None and o != t and buffer_of[o] != buffer_of[t]:
                 self._clobbered(cop, t, a)
             wp = w_pipe[a]
             if wp >= 0 and wp != p and vcp[base + wp] < w_clk[a]:

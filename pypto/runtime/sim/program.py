@@ -107,7 +107,9 @@ class CompiledBlock:
                 op.read_atoms = tuple((t, a) for t in op.reads for a in self.atoms[t])
                 op.write_atoms = tuple((t, a) for t in op.writes for a in self.atoms[t])
         self.stored_params = frozenset(op.gm_param for op in self.ops if op.kind == INSTR and op.region == "store")
-        self.row_views = self._row_views()
+        # the buffer of each tile (by index): declarations of one buffer read what the others wrote
+        names = {}
+        self.buffer_of = tuple(names.setdefault(t.decl.buffer_name, len(names)) for t in self.tile_list)
         self.spaces = sorted({t.space for t in self.tile_list}, key=str)
 
     # ------------------------------------------------------------------ checks
@@ -341,25 +343,6 @@ class CompiledBlock:
         except SyntaxError as exc:      # an expression the printer cannot express
             raise SimError(f"block {block.name}: cannot compile its scalar expressions ({exc})", loc=block.loc)
         return ns["walk"]
-
-    def _row_views(self):
-        """For each tile, the tiles that are row slices of it or that it is a row slice of (same space,
-        dtype and columns, one's bytes inside the other's at a whole-row offset): writing one and reading
-        the other is how row views are used, not two live buffers clobbering each other."""
-        out = []
-        for t in self.tile_list:
-            rel = set()
-            for u in self.tile_list:
-                if u is t or t.addr is None or u.addr is None or u.space != t.space or u.dtype != t.dtype \
-                        or u.shape[1] != t.shape[1]:
-                    continue
-                row = t.shape[1] * t.itemsize
-                inner, outer = (t, u) if t.nbytes <= u.nbytes else (u, t)
-                if outer.addr <= inner.addr and inner.addr + inner.nbytes <= outer.addr + outer.nbytes \
-                        and (inner.addr - outer.addr) % row == 0:
-                    rel.add(u.index)
-            out.append(frozenset(rel))
-        return out
 
     def _atoms(self):
         """Cut each memory space at every tile boundary into disjoint byte ranges ("atoms"); a tile is a
