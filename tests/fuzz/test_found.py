@@ -73,3 +73,15 @@ def test_jit_annotations_under_future_annotations(tmp_path):
     assert module.double.trace_count == 1
     with pytest.raises(pypto.DTypeError):
         module.double(torch.ones(5, 4, dtype=torch.float16))
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="cpu: a program gives a wrong answer when another program ran on cpu before it in the "
+                          "process (alone, or run twice, it is right; sim is right): random program 150, output "
+                          "element [7] (gelu of the sum of row maxima) 1.667 instead of 2.461 (hunt seeds 0..199)")
+def test_cpu_result_does_not_depend_on_what_ran_before():
+    from .programs import generate
+    from .runner import check
+    assert check([generate(1)], "cpu") == []
+    failures = check([generate(150)], "cpu")
+    assert failures == [], failures[0].report()
