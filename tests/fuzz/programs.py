@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from dataclasses import dataclass, field
 
 FLOATS = ("fp32", "fp16", "bf16")
@@ -584,10 +585,7 @@ def generate(seed: int, max_steps: int = 8) -> Program:
     x = b.new_input(b.draw_shape(rank, dynamic), dtype)
     v = x
     for _ in range(rng.randint(1, max_steps)):
-        before = len(b.steps)
         v = draw_step(b, v)
-        if len(b.steps) == before:           # a drawer that only returned its operand
-            continue
     if v is x:
         v = _unary(b, x)
     outputs = [v.name]
@@ -605,7 +603,6 @@ def _annotation(inp: Input, prefix: str) -> str:
 
 def _renamed(text: str, names: dict) -> str:
     """``text`` with every value name replaced by its prefixed one (whole identifiers only)."""
-    import re
     return re.sub(r"\b[xv]\d+\b", lambda m: names.get(m.group(0), m.group(0)), text)
 
 
