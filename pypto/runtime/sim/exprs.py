@@ -97,8 +97,13 @@ def free_names(values) -> set[str]:
     out = set()
     for v in values:
         if isinstance(v, sympy.Basic):
-            out |= {s.name for s in v.free_symbols}
+            out |= _names_in(v)
     return out
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _names_in(value) -> frozenset:
+    return frozenset(s.name for s in value.free_symbols)     # sympy walks the whole tree every time
 
 
 def constant(value):
@@ -107,7 +112,7 @@ def constant(value):
         return int(value)
     if isinstance(value, (int, float)):
         return value
-    if isinstance(value, sympy.Basic) and not value.free_symbols:
+    if isinstance(value, sympy.Basic) and not _names_in(value):
         if value.is_Integer:
             return int(value)
         if value in (sympy.true, sympy.false):
