@@ -7,7 +7,6 @@ dynamic shapes do), plus every non-tensor argument. One trace serves every value
 from __future__ import annotations
 
 import functools
-import inspect
 import os
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from ..ir.tensor_graph import OutputSpec, TensorGraph, ValueInfo
 from ..sanitize import path_component, user_name
 from . import context as ctx
 from .api import fresh
+from .signature import evaluated_signature
 from .tensor import Tensor, TensorSpec
 
 _last = {"report": None}
@@ -36,7 +36,7 @@ class JitFunction:
                  timing_only: bool = False, trace: str | None = None, name: str | None = None):
         self.fn = fn
         self.name = user_name(name, "pypto.jit", default=getattr(fn, "__name__", "fn"))
-        self.signature = inspect.signature(fn)
+        self.signature = evaluated_signature(fn, self.name, TypeMismatchError)
         self.backend = backends.check_backend(backend) if backend else None
         self.options = {"machine": machine, "dump": dump, "timing_only": timing_only, "trace": trace}
         self.cache: dict = {}

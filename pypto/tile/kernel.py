@@ -19,7 +19,6 @@ with torch.
 from __future__ import annotations
 
 import functools
-import inspect
 
 import sympy
 import torch
@@ -28,6 +27,7 @@ from .. import backends, dtypes, symbolic as sym
 from ..errors import (DTypeError, PyptoError, ShapeError, SymbolicError, TypeMismatchError, raising_user_location,
                       user_entry, user_location)
 from ..frontend import context as ctx
+from ..frontend.signature import evaluated_signature
 from ..frontend.jit import _fn_loc, _has_varargs, _positional, bind_sizes as _bind_declared
 from ..frontend.tensor import TensorSpec
 from ..machine import MachineSpec, get_machine, load_machine
@@ -55,7 +55,7 @@ class TileKernel:
                  timing_only: bool = False, trace: str | None = None, name: str | None = None):
         self.fn = fn
         self.name = user_name(name, "pt.kernel", default=getattr(fn, "__name__", "kernel"))
-        self.signature = inspect.signature(fn)
+        self.signature = evaluated_signature(fn, self.name, TypeMismatchError)
         self.backend = backends.check_backend(backend) if backend else None
         self.machine = machine
         self.options = {"dump": dump, "timing_only": timing_only, "trace": trace}

@@ -20,11 +20,11 @@ import torch
 from pypto import backends, dtypes, symbolic
 from pypto.errors import user_entry
 from pypto.frontend.context import compile_lock
+from pypto.frontend.signature import evaluated_signature
 from pypto.machine import get_machine, load_machine
 from pypto.sanitize import user_name
 
 from .errors import LaunchError
-from .signature import kernel_signature
 from .types import STATIC, ScalarAnnotation, TensorAnnotation
 
 
@@ -33,7 +33,7 @@ class ProKernel:
                  auto_sync: bool = True, timing_only: bool = False, trace=None, dump=None, name=None):
         self.fn = fn
         self.name = user_name(name, "pl.jit", default=getattr(fn, "__name__", "kernel"))
-        self.signature = kernel_signature(fn, self.name)
+        self.signature = evaluated_signature(fn, self.name, LaunchError)
         self.backend = backends.check_backend(backend) if backend else None
         self.pipeline = pipeline
         self.tiling_key = tiling_key

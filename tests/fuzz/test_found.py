@@ -51,10 +51,6 @@ def test_matmul_of_an_expanded_view():
     torch.testing.assert_close(program(x, w), x.expand(-1, 7) @ w.t(), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, reason="pypto.jit reads annotations with inspect.signature without eval_str: "
-                                       "under 'from __future__ import annotations' every annotation is a string, "
-                                       "silently ignored (no dtype/rank checks, DYNAMIC dims retraced per size)",
-                   raises=AssertionError)
 def test_jit_annotations_under_future_annotations(tmp_path):
     path = tmp_path / "future_user.py"
     path.write_text(textwrap.dedent("""

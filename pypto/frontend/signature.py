@@ -1,8 +1,10 @@
-"""A kernel function's signature with its annotations evaluated.
+"""A traced or kernel function's signature with its annotations evaluated (pypto.jit, the Tile level's
+kernels and Professional mode's pl.jit all read their parameters' annotations through it).
 
 Under ``from __future__ import annotations`` (or with quoted annotations) every annotation is a
-string; taken as it is, ``pl.Tensor[[pl.DYNAMIC, 64], pl.DT_FP16]`` would not be a TensorAnnotation,
-and the launch would check neither the declared static dims nor the dtype. The strings are evaluated
+string; taken as it is, ``pypto.Tensor[[pypto.DYNAMIC, 64], pypto.float16]`` would be no tensor spec,
+and the call would check neither the declared static dims nor the dtype, and would retrace a DYNAMIC
+dim for every size. The strings are evaluated
 where the kernel was written: its module's globals, its closure, and the locals of the frame that
 decorated it (a kernel defined inside a function may name that function's sizes).
 """
@@ -11,9 +13,7 @@ from __future__ import annotations
 import inspect
 import sys
 
-from pypto.errors import _is_internal
-
-from .errors import LaunchError
+from ..errors import PyptoError, _is_internal
 
 
 def _decorating_frame_locals() -> dict:
@@ -23,7 +23,8 @@ def _decorating_frame_locals() -> dict:
     return dict(frame.f_locals) if frame is not None else {}
 
 
-def kernel_signature(fn, name: str) -> inspect.Signature:
+def evaluated_signature(fn, name: str, error=PyptoError) -> inspect.Signature:
+    """inspect.signature(fn) with string annotations evaluated; one that cannot be is ``error``."""
     sig = inspect.signature(fn)
     if not any(isinstance(p.annotation, str) for p in sig.parameters.values()):
         return sig
@@ -42,7 +43,7 @@ def kernel_signature(fn, name: str) -> inspect.Signature:
             try:
                 ann = eval(ann, scope)     # noqa: S307 - the user's own annotation text
             except Exception as e:
-                raise LaunchError(f"{name}: cannot evaluate the annotation {ann!r} of parameter '{p.name}': "
+                raise error(f"{name}: cannot evaluate the annotation {ann!r} of parameter '{p.name}': "
                                   f"{type(e).__name__}: {e}") from None
         params.append(p.replace(annotation=ann))
     return sig.replace(parameters=params)
