@@ -28,7 +28,9 @@ class FunctionSource:
 
 
 @lru_cache(maxsize=256)
-def _source_of_code(code) -> FunctionSource:
+def _source_of_code(filename: str, code) -> FunctionSource:
+    # keyed by the file too: code objects compare equal across files (co_filename is not compared), so
+    # the same kernel text at the same line of another file would get that file's spans
     lines, first = inspect.getsourcelines(code)
     text = "".join(lines)
     indent = len(lines[0]) - len(lines[0].lstrip())
@@ -44,7 +46,7 @@ def function_source(fn) -> FunctionSource:
     if code is None:
         raise ParseError(f"{fn!r} is not a Python function; a kernel is parsed from its source")
     try:
-        return _source_of_code(code)
+        return _source_of_code(code.co_filename, code)
     except (OSError, TypeError) as e:
         raise ParseError(f"the source of {fn.__name__} is not available ({e}); kernels must be defined in a file",
                          hint="define the kernel in a .py file (not an interactive prompt or exec string)") from None

@@ -5,6 +5,7 @@ and match torch; argument shapes that contradict the kernel's declared shapes ar
 anything runs."""
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import re
 import shutil
@@ -51,8 +52,30 @@ def test_add_with_a_smaller_tensor_is_refused_alike_on_sim_and_cpu(case):
         want = r"`TSTORE z\[128\*i, 128\*j \+ 128\], c_db1_v1` .* writes z\[0:128, 128:128\] .*shape \[128, 128\]"
         line = _line_of(add.add_kernel.fn, "pl.store_tile(z")
     for e in (sim_e, cpu_e):
-        assert e.loc.file == add.__file__ and e.loc.line == line
+        assert e.loc.file == add.__file__ and e.loc.line == line, (e is sim_e, e.loc)
         assert re.search(want, e.message), e.message
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_same_kernel_from_another_file_names_its_own_lines(backend, tmp_path):
+    """Two files holding the same kernel text: the second's compilation (and, on cpu, its library,
+    found by the digest of identical C++) must not report the first file's lines."""
+    x = torch.randn(256, 256, dtype=torch.float16)
+    small = torch.randn(128, 128, dtype=torch.float16)
+    paths = []
+    for i in range(2):
+        paths.append(tmp_path / f"copy{i}" / "add.py")
+        paths[-1].parent.mkdir()
+        paths[-1].write_text(open(add.__file__).read())
+    for path in paths:
+        spec = importlib.util.spec_from_file_location(f"add_copy_{path.parent.name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        kernel = pl.jit(module.add_kernel.fn, backend=backend)
+        with pytest.raises(SimError) as info:
+            kernel[None, 1](x, small, torch.empty_like(x))
+        assert info.value.loc.file == str(path)
+        assert info.value.loc.line == _line_of(module.add_kernel.fn, "pl.load_tile(tile_b, y")
 
 
 @pl.jit

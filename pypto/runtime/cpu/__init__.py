@@ -47,15 +47,26 @@ def _machine(machine) -> MachineSpec:
 
 
 class KernelSet:
-    """Where each kernel of a program was compiled: kernel name -> (library, its name there)."""
+    """Where each kernel of a program was compiled: kernel name -> (library, its name there), and the
+    program's own Kernel objects. A library found by source digest may have been built for another
+    program's kernel with the same C++ but other source lines: errors name the lines of this one."""
 
-    def __init__(self, entries: dict[str, tuple[KernelLibrary, str]]):
+    def __init__(self, entries: dict[str, tuple[KernelLibrary, str]], kernels: dict[str, Kernel] | None = None):
         self.entries = entries
+        self.kernels = kernels or {}
         self.abis = {name: lib.abis[inner] for name, (lib, inner) in entries.items()}
 
-    def launch(self, kernel: str, *args, **kwargs):
+    def ir(self, kernel: str) -> Kernel | None:
+        """The program's Block IR of ``kernel`` (else the one its library was built from)."""
         lib, inner = self.entries[kernel]
-        lib.launch(inner, *args, **kwargs)
+        return self.kernels.get(kernel) or lib.kernels.get(inner)
+
+    def prepare(self, kernel: str, ints, reals, block_dim: int, machine):
+        lib, inner = self.entries[kernel]
+        return lib.prepare(inner, ints, reals, block_dim, machine, ir=self.ir(kernel))
+
+    def launch(self, kernel: str, gm, ints, reals, block_dim: int, threads: int, machine):
+        self.prepare(kernel, ints, reals, block_dim, machine)(gm, threads)
 
 
 def build(kernels, machine=None, checked: bool | None = None) -> tuple[KernelSet, compiler.BuildResult | None]:
@@ -70,7 +81,7 @@ def build(kernels, machine=None, checked: bool | None = None) -> tuple[KernelSet
     known = {name: _BY_OBJECT.get(id(k)) for name, k in by_name.items()}
     if all(e is not None and e[0]() is by_name[n] and e[1] == tag for n, e in known.items()):
         # the very Kernel objects already ran (kernels are not edited once they have run)
-        return KernelSet({n: (e[2], e[3]) for n, e in known.items()}), None
+        return KernelSet({n: (e[2], e[3]) for n, e in known.items()}, by_name), None
     module = generate_module(list(by_name.values()), spec)
     digests = {name: (hashlib.sha256(module.files[f"kernels/{abi.ident}.cpp"].encode()).hexdigest(), checked)
                for name, abi in module.abis.items()}
@@ -78,7 +89,7 @@ def build(kernels, machine=None, checked: bool | None = None) -> tuple[KernelSet
     if len(entries) == len(digests):
         STATS.cache_hits += 1
         _remember(by_name, entries, tag)
-        return KernelSet(entries), None
+        return KernelSet(entries, by_name), None
     missing = {n: by_name[n] for n in digests if n not in entries}
     if entries:           # only the kernels no loaded library has are compiled
         module = generate_module(list(missing.values()), spec)
@@ -90,7 +101,7 @@ def build(kernels, machine=None, checked: bool | None = None) -> tuple[KernelSet
         _BY_SOURCE[digests[name]] = (lib, name)
         entries[name] = (lib, name)
     _remember(by_name, entries, tag)
-    return KernelSet(entries), result
+    return KernelSet(entries, by_name), result
 
 
 def _remember(by_name, entries, tag):
@@ -194,9 +205,8 @@ def run_with(kernels: KernelSet, graph: ExecutionGraph, args: dict, env: dict, *
 
     def launch(inst, n):
         if inst.launch is None:
-            lib, inner = kernels.entries[inst.task.kernel]
-            cores = cores_to_run(lib.kernels.get(inner), inst.block_dim, nthreads)
-            inst.launch = lib.prepare(inner, inst.ints, inst.reals, cores, spec)
+            cores = cores_to_run(kernels.ir(inst.task.kernel), inst.block_dim, nthreads)
+            inst.launch = kernels.prepare(inst.task.kernel, inst.ints, inst.reals, cores, spec)
         inst.launch({p: buffers.tensors[b] for p, b in inst.task.gm_args.items()}, n)
 
     t0 = time.perf_counter()

@@ -61,19 +61,20 @@ class KernelLibrary:
             raise LibraryLoadError(f"the kernel library {self.path} was built for key {found!r}, not {key}")
 
     def prepare(self, kernel: str, ints: dict[str, int], reals: dict[str, float], block_dim: int,
-                machine) -> "PreparedLaunch":
-        """The launch of ``kernel`` with these scalars, marshalled once; call it with the GM tensors."""
-        return PreparedLaunch(self, kernel, ints, reals, block_dim, machine)
+                machine, ir=None) -> "PreparedLaunch":
+        """The launch of ``kernel`` with these scalars, marshalled once; call it with the GM tensors.
+        ``ir``: the Block IR Kernel whose source lines errors name (default: the one it was built from)."""
+        return PreparedLaunch(self, kernel, ints, reals, block_dim, machine, ir)
 
     def launch(self, kernel: str, gm: dict[str, torch.Tensor], ints: dict[str, int], reals: dict[str, float],
                block_dim: int, threads: int, machine) -> None:
         """Run ``kernel`` over ``block_dim`` cores. ``gm`` maps GM param names to contiguous CPU tensors."""
         self.prepare(kernel, ints, reals, block_dim, machine)(gm, threads)
 
-    def check(self, rc: int, kernel: str, message) -> None:
+    def check(self, rc: int, kernel: str, message, ir=None) -> None:
         text = message.value.decode(errors="replace")
         if rc == 1:
-            k = self.kernels.get(kernel)
+            k = ir if ir is not None else self.kernels.get(kernel)
             bounds = bounds_error(k, text)
             if bounds is not None:
                 raise bounds
@@ -87,9 +88,9 @@ class PreparedLaunch:
     """A kernel launch with its scalars and config already in ctypes form (a task run in a loop
     launches the same kernel with the same scalars every time)."""
 
-    def __init__(self, lib: KernelLibrary, kernel: str, ints, reals, block_dim: int, machine):
+    def __init__(self, lib: KernelLibrary, kernel: str, ints, reals, block_dim: int, machine, ir=None):
         abi = lib.abis[kernel]
-        self.lib, self.kernel, self.fn = lib, kernel, lib._entries[kernel]
+        self.lib, self.kernel, self.fn, self.ir = lib, kernel, lib._entries[kernel], ir
         self.gm = [(g.name, g.dtype.torch_dtype, g.dtype) for g in abi.gm]
         self.ints = (ctypes.c_int64 * max(1, len(abi.ints)))(*[int(ints[a.name]) for a in abi.ints])
         self.reals = (ctypes.c_double * max(1, len(abi.reals)))(*[float(reals[a.name]) for a in abi.reals])
@@ -118,4 +119,4 @@ class PreparedLaunch:
         message = ctypes.create_string_buffer(_MESSAGE_BYTES)
         rc = self.fn(ptrs, self.ints, self.reals, ctypes.byref(self.config(threads)), message, _MESSAGE_BYTES)
         if rc:
-            self.lib.check(rc, self.kernel, message)
+            self.lib.check(rc, self.kernel, message, self.ir)
