@@ -147,33 +147,24 @@ constexpr size_t kHalfLanes = 1;     // no conversion instructions: the scalar l
 typedef _Float16 halfxv __attribute__((vector_size(kHalfLanes * sizeof(_Float16))));
 typedef float floatxv __attribute__((vector_size(kHalfLanes * sizeof(float))));
 
-inline void half_to_float(const half* src, float* dst, size_t n)
+// dst[0:n] = src[0:n] converted, whole vectors SV -> DV first.
+template <class DV, class SV, class D, class S>
+inline void convert_bulk(const S* src, D* dst, size_t n)
 {
     size_t i = 0;
     if constexpr (kHalfLanes > 1) {
         for (; i + kHalfLanes <= n; i += kHalfLanes) {
-            halfxv h;
-            std::memcpy(&h, src + i, sizeof h);
-            const floatxv f = __builtin_convertvector(h, floatxv);
-            std::memcpy(dst + i, &f, sizeof f);
+            SV in;
+            std::memcpy(&in, src + i, sizeof in);
+            const DV out = __builtin_convertvector(in, DV);
+            std::memcpy(dst + i, &out, sizeof out);
         }
     }
-    for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+    for (; i < n; ++i) dst[i] = static_cast<D>(src[i]);
 }
 
-inline void float_to_half(const float* src, half* dst, size_t n)
-{
-    size_t i = 0;
-    if constexpr (kHalfLanes > 1) {
-        for (; i + kHalfLanes <= n; i += kHalfLanes) {
-            floatxv f;
-            std::memcpy(&f, src + i, sizeof f);
-            const halfxv h = __builtin_convertvector(f, halfxv);
-            std::memcpy(dst + i, &h, sizeof h);
-        }
-    }
-    for (; i < n; ++i) dst[i] = static_cast<half>(src[i]);
-}
+inline void half_to_float(const half* src, float* dst, size_t n) { convert_bulk<floatxv, halfxv>(src, dst, n); }
+inline void float_to_half(const float* src, half* dst, size_t n) { convert_bulk<halfxv, floatxv>(src, dst, n); }
 
 // Whether convert_row has a bulk path for this pair (else callers keep their element loop).
 template <class D, class S>
