@@ -36,10 +36,14 @@ INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 # Warnings are errors of the code generator: the test suite asserts a build prints none.
 CXX_FLAGS = ("-std=c++17", "-O3", "-march=native", "-mprefer-vector-width=512", "-fno-math-errno",
              "-ffp-contract=fast", "-fPIC", "-shared", "-pthread", "-Wall", "-Wextra", "-D__CPU_SIM")
-# Every set_flag / wait_flag reads the running core from thread-local storage; in a shared library
-# that is a __tls_get_addr call per access unless TLS descriptors are used (x86-64 defaults to the
-# older dialect; other targets use descriptors already).
-_GCC_ONLY = ("-mtls-dialect=gnu2",)
+# x86-64: thread-local storage through __tls_get_addr calls, never TLS descriptors (-mtls-dialect=gnu2,
+# which newer GCCs may make the default). g++ keeps vector registers live across a descriptor call,
+# but glibc's resolver clobbers them on its slow path (glibc bug 31372, fixed in 2.40 and on some
+# release branches only), taken at a thread's first access to a dlopen-ed library's TLS. The runtime's
+# TLS variables are GNU unique symbols, bound to the first kernel library loaded, so a later library's
+# own TLS was first touched inside its kernel: a value held in a register there was lost, and results
+# depended on what had run before in the process (tests/runtime/cpu/test_cpu_run_order.py).
+_GCC_ONLY = ("-mtls-dialect=gnu",)
 if platform.machine() in ("x86_64", "AMD64"):
     CXX_FLAGS += _GCC_ONLY
 
