@@ -36,15 +36,8 @@ def test_short_random_programs_on_cpu_match_torch(first):
     _assert_none_failed(check(programs, "cpu"))
 
 
-# program 150 is wrong on cpu after any other cpu program in the process: tracked strictly by
-# test_found.py::test_cpu_result_does_not_depend_on_what_ran_before (here it depends on the order run)
-_ORDER_BUG = pytest.mark.xfail(strict=False, reason="cpu order-dependent wrong answer of program 150")
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("first", [pytest.param(s, id=f"seeds{s}-{s + CPU_BATCH - 1}",
-                                                marks=[_ORDER_BUG] if s <= 150 < s + CPU_BATCH else [])
-                                   for s in range(0, SIM_PROGRAMS, CPU_BATCH)])
+@pytest.mark.parametrize("first", range(0, SIM_PROGRAMS, CPU_BATCH), ids=lambda s: f"seeds{s}-{s + CPU_BATCH - 1}")
 def test_random_programs_on_cpu_match_torch(first):
     """The sim set's programs on cpu (a g++ build of ~130 kernels per batch: about a minute)."""
     _assert_none_failed(check([generate(s) for s in range(first, first + CPU_BATCH)], "cpu"))
