@@ -210,6 +210,11 @@ class PipeSync:
             if st is None:
                 self.state[r] = ("own", want)
                 self.last[r] = None
+            elif tgt[0] == "pend" and st == ("own", tgt[1].dst):
+                # the owner is the one that will wait for the target's set: its later accesses follow its
+                # earlier ones in program order, so step 3's set alone does it (handing the resource to the
+                # set's pipe first would be a set/wait pair that orders nothing)
+                continue
             elif st[1] != want:
                 transfers.setdefault((st[1], want), []).append(r)
         for (q, p), rs in transfers.items():
