@@ -37,7 +37,8 @@ class Compiled:
     graph: object            # the TensorGraph
     program: object = None   # the ExecutionGraph (lowered backends)
     options: dict = None
-    index_checks: list = None  # runtime.index_bounds: index arguments checked before each run
+    index_checks: list = None  # runtime.index_bounds: index arguments checked before each run (computed
+                               # indices are counted by the run itself: program.index_checks)
 
     def run(self, inputs, env):
         """-> (outputs in graph.outputs order, report or None)"""
@@ -53,7 +54,12 @@ class Compiled:
         args.update({name: b.data for name, b in self.program.buffers.items()
                      if b.role == "constant" and b.data is not None and name not in args})
         outs, report = runtime.run(self.program, args, env, **_run_options(self.options))
-        return [outs[name] for name in self.program.outputs], report
+        checked = self.program.index_checks
+        if checked:
+            from .runtime.index_bounds import check_counts
+            check_counts(checked, outs, env)
+        counts = {name for name, _ in checked}
+        return [outs[name] for name in self.program.outputs if name not in counts], report
 
 
 def _run_options(options: dict) -> dict:

@@ -72,6 +72,7 @@ class ExecutionGraph:
     outputs: list[str]
     program: list                                    # Task | Loop, in program order
     symbols: list[sympy.Symbol] = field(default_factory=list)   # run-time sizes bound from inputs
+    index_checks: list = field(default_factory=list)  # (output name, IndexRangeCheck): read after a run
 
     def tasks(self):
         """Every task of the control program, loop bodies walked once."""

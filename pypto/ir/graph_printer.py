@@ -41,7 +41,8 @@ def _lines(g, indent: int):
 
 def print_graph(g) -> str:
     params = ", ".join(f"%{i}: {fmt_value(g.info(i))}" for i in g.inputs)
-    outs = ", ".join(f"%{o.node}" + ("" if o.kind == "return" else f"->in{o.index}") for o in g.outputs)
+    outs = ", ".join(f"%{o.node}" + {"return": "", "inplace": f"->in{o.index}"}.get(o.kind, f"->{o.kind}")
+                     for o in g.outputs)
     syms = f"  sizes({', '.join(str(s) for s in g.symbols)})" if g.symbols else ""
     return "\n".join([f"graph {g.name}({params}) -> ({outs}){syms}:", *_lines(g, 1)])
 

@@ -30,10 +30,12 @@ class ValueInfo:
 
 @dataclass
 class OutputSpec:
-    """Where a graph output goes: returned (index in the returned tuple) or written into an input."""
+    """Where a graph output goes: returned (index in the returned tuple), written into an input, or read
+    by the backend to check a run (passes/index_checks.py)."""
     node: int
-    kind: str = "return"       # "return" | "inplace"
-    index: int = 0             # return position, or input position for "inplace"
+    kind: str = "return"       # "return" | "inplace" | "index_check"
+    index: int = 0             # return position, input position for "inplace", check number for "index_check"
+    check: object = None       # for "index_check": the IndexRangeCheck it counts for
 
 
 class TensorGraph:

@@ -9,7 +9,8 @@
 * ``cumsum`` and ``argmax`` along a dim too long for one tile run blockwise (``wide_scans``);
 * ``index_select`` and ``gather`` become a select against a generated index and a sum over it
   (exact: one term is the value, the others zero), so they run on the vector unit without
-  data-dependent addressing;
+  data-dependent addressing; where their indices are computed in the traced function (not an
+  argument, which the host checks), an extra output counts those out of range (index_checks.py);
 * dead nodes drop out (rebuild keeps only what the outputs need).
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from .. import dtypes
 from ..frontend import api as P
 from ..ir.tensor_graph import TensorGraph
+from .index_checks import INDEX_OPS, add_check_outputs, out_of_range_count
 from .iterspace import is_one
 from .rewrite import rebuild
 from .wide_scans import argmax_rule, blocked_argmax, cumsum_rule
@@ -151,4 +153,16 @@ def _rewrite(g, nid, ins):
 
 
 def canonicalize(g: TensorGraph) -> TensorGraph:
-    return rebuild(g, _rewrite)
+    checks = []
+
+    def rewrite(old, nid, ins):
+        # only the top-level graph gets check outputs: a loop body's outputs are its carried values
+        if old is g and old.op(nid) in INDEX_OPS:
+            check = out_of_range_count(old, nid, ins[1])
+            if check is not None:
+                checks.append(check)
+        return _rewrite(old, nid, ins)
+
+    new = rebuild(g, rewrite)
+    add_check_outputs(new, checks)
+    return new

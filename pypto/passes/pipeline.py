@@ -17,6 +17,7 @@ from ..ops.shape_rules import fmt_shape
 from .autocast import autocast
 from .canonicalize import canonicalize
 from .decompose import decompose
+from .index_checks import CHECK_KIND
 from .kernels import BlockGraph, lower_blocks
 from .manager import PassManager
 from .memory import plan_memory
@@ -98,6 +99,7 @@ def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = 
     bg = pm.run("memory", _memory, bg, spec)
     bg = pm.run("sync", _sync, bg, spec, verifier=_verify_blocks)
     eg = pm.run("final", lambda b: b.graph, bg)
+    eg.index_checks = [(name, o.check) for name, o in zip(eg.outputs, g.outputs) if o.kind == CHECK_KIND]
     return eg
 
 

@@ -61,7 +61,7 @@ def rebuild(g: TensorGraph, rewrite) -> TensorGraph:
     finally:
         ctx.pop()
     new.inputs = [vals[i]._node for i in g.inputs]
-    new.outputs = [OutputSpec(vals[o.node]._node, o.kind, o.index) for o in g.outputs]
+    new.outputs = [OutputSpec(vals[o.node]._node, o.kind, o.index, o.check) for o in g.outputs]
     return new
 
 

@@ -5,7 +5,8 @@ outside the dim into a row of zeros where torch raises IndexError. When the indi
 of the compiled function (passed through reshape / transpose / permute / expand, which keep their
 values), every backend checks them against the dim before launching, so an index out of range is an
 ``IndexOutOfRangeError`` at the user's call, never a silent zero row. Indices computed inside
-the traced function are not checked here.
+the traced function are counted by the run itself (passes/index_checks.py): ``check_counts`` reads
+those counts after the run and raises the same error.
 """
 from __future__ import annotations
 
@@ -13,9 +14,7 @@ from dataclasses import dataclass
 
 from .. import symbolic as sym
 from ..errors import IndexOutOfRangeError, SourceLoc
-
-INDEX_OPS = ("index_select", "gather")
-_VALUE_PRESERVING = ("reshape", "transpose", "permute", "expand")
+from ..passes.index_checks import INDEX_OPS, index_source, picked_dim_size
 
 
 @dataclass(frozen=True)
@@ -33,14 +32,11 @@ def index_checks(g) -> list[IndexCheck]:
     for nid in g.nodes():
         if g.op(nid) not in INDEX_OPS:
             continue
-        node = g.node(nid)
-        src = node["inputs"][1]
-        while g.op(src) in _VALUE_PRESERVING:
-            src = g.node(src)["inputs"][0]
+        src = index_source(g, nid)
         if g.op(src) != "input":
             continue
-        bound = g.info(node["inputs"][0]).shape[node["attrs"]["dim"]]
-        checks.append(IndexCheck(g.inputs.index(src), g.info(src).name, bound, g.op(nid), node["loc"]))
+        checks.append(IndexCheck(g.inputs.index(src), g.info(src).name, picked_dim_size(g, nid), g.op(nid),
+                                 g.node(nid)["loc"]))
     return checks
 
 
@@ -59,3 +55,20 @@ def check_indices(checks: list[IndexCheck], inputs: list, env: dict) -> None:
             where = f" (traced at {c.loc})" if c.loc is not None else ""
             raise IndexOutOfRangeError(f"argument '{c.name}' holds index {int(t[pos])} at {list(pos)}, outside the "
                                        f"dim of size {n} that {c.op}{where} picks from (expected 0 <= index < {n})")
+
+
+def check_counts(checks: list, outs: dict, env: dict) -> None:
+    """Raise IndexOutOfRangeError for the first computed-index check whose count output (``outs[name]``,
+    the number of indices outside [0, bound)) is not zero; like ``check_indices`` it names the user's
+    line that called the compiled function, and the lookup's traced line in the message."""
+    for name, c in checks:
+        t = outs[name]
+        if t.device.type == "meta":          # a timing-only run computes no values
+            continue
+        count = int(t.reshape(-1)[0])
+        if count:
+            n = sym.evaluate(c.bound, env)
+            where = f" traced at {c.loc}" if c.loc is not None else ""
+            raise IndexOutOfRangeError(f"{c.op}{where} got {count} computed "
+                                       f"{'index' if count == 1 else 'indices'} outside the dim of size {n} it "
+                                       f"picks from (expected 0 <= index < {n})")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 
 from .. import symbolic as sym
-from ..errors import PyptoError
+from ..errors import IndexOutOfRangeError, PyptoError
 from ..ir.tensor_graph import TensorGraph
 from ..ops.registry import get_op
+from ..passes.index_checks import INDEX_OPS
 
 
 def run_graph(g: TensorGraph, inputs: list[torch.Tensor], env: dict) -> list[torch.Tensor]:
@@ -30,12 +31,26 @@ def run_graph(g: TensorGraph, inputs: list[torch.Tensor], env: dict) -> list[tor
 
 def _apply(op, args, attrs, env, loc):
     a = sym.evaluate_tree({k: v for k, v in attrs.items()}, env)
+    if op in INDEX_OPS:
+        _check_index_range(op, args[1], args[0].shape[a["dim"]], loc)
     try:
         return get_op(op).ref(args, a)
     except PyptoError as e:
         raise type(e)(e.message, loc=loc or e.loc, hint=e.hint) from None
     except (RuntimeError, ValueError, IndexError) as e:
         raise PyptoError(f"{op} failed at run time: {e}", loc=loc) from None
+
+
+def _check_index_range(op, idx, n, loc):
+    """torch raises IndexError (index_select) or RuntimeError (gather) for an index outside [0, n):
+    the same IndexOutOfRangeError the lowered backends raise, at the op's line."""
+    if idx.device.type == "meta":
+        return
+    bad = (idx < 0) | (idx >= n)
+    if bool(bad.any()):
+        pos = [int(i) for i in bad.nonzero()[0]]
+        raise IndexOutOfRangeError(f"{op} got index {int(idx[tuple(pos)])} at {pos}, outside the dim of size {n} it "
+                                   f"picks from (expected 0 <= index < {n})", loc=loc)
 
 
 def _run_loop(attrs, args, env):
