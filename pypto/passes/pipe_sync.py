@@ -12,8 +12,10 @@ A resource can also be *pending*: released by q towards p (the set issued) but n
 Loops use that state to carry ownership around the back edge. The body is analysed once to find,
 per resource, the first pipe that touches it (f) and the state it ends in (X); the loop is entered in
 a state S0 the body can restart from: ``owned by f`` when X is f, else ``pending q -> f`` on a carried
-event (set after q's last access at the end of the body, waited before f's first access). The state
-before the loop is converted to S0 (a pre-loop set: the initial "free" token of double buffering);
+event (set after q's last access at the end of the body, waited before f's first access; a loop entered
+with exactly those resources already pending q -> f on one event, an outer loop's carried token, carries
+them on that event instead of re-issuing the token on one of its own). The state before the loop is
+converted to S0 (a pre-loop set: the initial "free" token of double buffering);
 the end of the body is converted back to S0; the loop exits in S0, and whatever is pending at the end
 of the program is waited there (the drain). An inner loop's pending state passes through an outer
 loop unchanged, so double-buffer tokens are not drained at every outer iteration. If/else branches
@@ -318,7 +320,7 @@ class PipeSync:
         self.run(s.body, Seq(seq, loop=True))
         end, first, last = self.state, self.first, self.last
         self.state, self.last, self.first = saved
-        targets = {}
+        targets, carried = {}, {}
         for r, x in end.items():
             if x == ENTRY or r not in first:
                 continue
@@ -334,10 +336,27 @@ class PipeSync:
                 origin = last[r].origin if last.get(r) is not None else None
                 group = self.copy_of.get(origin, origin)
                 loop_id = self.loop_src.get(id(s), id(s))
-                ch = self.channel(("carry", loop_id, q, f, group), q, f)
-                self._hands(ch, [r])
+                carried.setdefault(("carry", loop_id, q, f, group), []).append(r)
+        for key, rs in carried.items():
+            ch = self._pending_as(rs, key[2], key[3]) or self.channel(key, key[2], key[3])
+            self._hands(ch, rs)
+            for r in rs:
                 targets[r] = ("pend", ch)
         return targets
+
+    def _pending_as(self, rs: list, src, dst) -> Channel | None:
+        """The channel src -> dst on which exactly the resources ``rs`` are pending now, if any. A loop
+        entered with them pending on it can carry them on it: its first access waits for the set already
+        issued, its body's end sets it again, and it exits with them pending on it as it was entered.
+        (A carried event of its own would be a wait of that channel and a set of the new one on entry, and
+        the reverse wherever the enclosing code converts back: set/wait pairs on one pipe pair that order
+        nothing; an outer loop's carried token re-issued as an inner loop's.)"""
+        st = self.state.get(rs[0])
+        if st is None or st[0] != "pend" or (st[1].src, st[1].dst) != (src, dst):
+            return None
+        if {r for r, x in self.state.items() if x == st} != set(rs):
+            return None
+        return st[1]
 
     def _first_pipes(self, stmts, out=None) -> dict:
         """resource -> pipe of its first access in program order (loop bodies included)."""
