@@ -168,28 +168,34 @@ class PipeSync:
         for ch in waits:
             self._wait_now(seq, ch, ins.loc)
         for q, rs in transfers.items():
-            idx = self._set_index(seq, [self.last.get(r) for r in rs])
-            prev = seq.open_xfer.get((q, p))
-            if prev is not None and idx < prev[3]:
-                # coalesce: the previous q->p transfer of this list is waited before an earlier
-                # instruction of p; moving its set after this transfer's source covers both
-                ch, set_stmt, set_idx, wait_idx = prev
-                self._hands(ch, rs)
-                if idx > set_idx:
-                    seq.after[set_idx].remove(set_stmt)
-                    seq.insert_after(idx, set_stmt)
-                    seq.open_xfer[(q, p)] = (ch, set_stmt, idx, wait_idx)
-                continue
-            ch = self.channel(("xfer", id(ins), q, p), q, p)
-            self._hands(ch, rs)
-            set_stmt = self._set(ch, ins.loc)
-            seq.insert_after(idx, set_stmt)
-            wait_idx = seq.append(self._wait(ch, ins.loc))
-            seq.open_xfer[(q, p)] = (ch, set_stmt, idx, wait_idx)
+            self._transfer(seq, q, p, rs, ("xfer", id(ins), q, p), ins.loc)
         idx = seq.append(ins)
         for r in res:
             self.state[r] = ("own", p)
             self.last[r] = Point(seq, idx, id(ins))
+
+    def _transfer(self, seq: Seq, q, p, rs, key, loc) -> tuple:
+        """Hand ``rs`` from q to p here: a set after q's last access of them and a wait here, or none when
+        the previous q->p transfer of this list covers them. Returns (channel, index of its wait)."""
+        idx = self._set_index(seq, [self.last.get(r) for r in rs])
+        prev = seq.open_xfer.get((q, p))
+        if prev is not None and idx < prev[3]:
+            # coalesce: the previous q->p transfer of this list is waited before here; moving its set
+            # after this transfer's source covers both
+            ch, set_stmt, set_idx, wait_idx = prev
+            self._hands(ch, rs)
+            if idx > set_idx:
+                seq.after[set_idx].remove(set_stmt)
+                seq.insert_after(idx, set_stmt)
+                seq.open_xfer[(q, p)] = (ch, set_stmt, idx, wait_idx)
+            return ch, wait_idx
+        ch = self.channel(key, q, p)
+        self._hands(ch, rs)
+        set_stmt = self._set(ch, loc)
+        seq.insert_after(idx, set_stmt)
+        wait_idx = seq.append(self._wait(ch, loc))
+        seq.open_xfer[(q, p)] = (ch, set_stmt, idx, wait_idx)
+        return ch, wait_idx
 
     def convert(self, seq: Seq, targets: dict, site, loc=None) -> None:
         """Bring each resource r to ``targets[r]`` (an ("own", pipe) or ("pend", channel) state) here."""
@@ -220,10 +226,7 @@ class PipeSync:
             elif st[1] != want:
                 transfers.setdefault((st[1], want), []).append(r)
         for (q, p), rs in transfers.items():
-            ch = self.channel(("conv", site, q, p), q, p)
-            self._hands(ch, rs)
-            self._place_set(seq, [self.last.get(r) for r in rs], ch, loc)
-            idx = seq.append(self._wait(ch, loc))
+            ch, idx = self._transfer(seq, q, p, rs, ("conv", site, q, p), loc)
             for r in rs:
                 self.state[r] = ("own", p)
                 self.last[r] = Point(seq, idx, ("wait", ch.key))

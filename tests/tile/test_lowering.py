@@ -122,15 +122,19 @@ def test_verify_env_runs_the_block_verifier(examples, monkeypatch):
     assert c.kind == "cluster"
 
 
+def _small_matmul_gelu(examples):
+    """tile matmul_gelu on a (2, 2) grid of 64-square tiles over a K of 160 (a K loop, a peeled tail)."""
+    a, b = torch.randn(100, 160, dtype=torch.float16), torch.randn(160, 80, dtype=torch.float16)
+    bias, c = torch.randn(80, dtype=torch.float16), torch.empty(100, 80, dtype=torch.float16)
+    return pt.kernel(examples["matmul_gelu"].matmul_bias_gelu.fn, backend="sim")[(2, 2)], (a, b, bias, c)
+
 def test_an_inner_loop_carries_the_outer_loops_tokens_on_their_events(examples):
     """The K loop nested in the grid loop is entered with its slots' "free again" tokens pending on the
     grid loop's carried events: it carries them on those events, so the grid loop's body does not open
     with a wait on one event and a set on the same event of the same pipe pair (a re-issue that orders
     nothing). The result still matches torch under the simulator's race and event checks."""
     from pypto.ir.block import SetFlag, WaitFlag
-    a, b = torch.randn(100, 160, dtype=torch.float16), torch.randn(160, 80, dtype=torch.float16)
-    bias, c = torch.randn(80, dtype=torch.float16), torch.empty(100, 80, dtype=torch.float16)
-    kernel = pt.kernel(examples["matmul_gelu"].matmul_bias_gelu.fn, backend="sim")[(2, 2)]
+    kernel, (a, b, bias, c) = _small_matmul_gelu(examples)
     compiled = kernel.compile(a, b, bias, c, BM=64, BN=64, BK=64)
     grid_loop = next(s for s in compiled.kernel.block(CoreType.AIC).body if isinstance(s, For))
     head = grid_loop.body[:next(i for i, s in enumerate(grid_loop.body) if isinstance(s, For))]
@@ -140,3 +144,18 @@ def test_an_inner_loop_carries_the_outer_loops_tokens_on_their_events(examples):
     kernel(a, b, bias, c, BM=64, BN=64, BK=64)
     ref = torch.nn.functional.gelu(a.float() @ b.float() + bias.float()).half()
     torch.testing.assert_close(c, ref, rtol=1e-2, atol=1e-2)
+
+
+def test_a_hand_over_before_an_if_is_covered_by_the_previous_one_of_its_pipe_pair(examples):
+    """In the K loop each row half's matmul is an if (TMATMUL on the first step, TMATMUL_ACC after): the
+    second half's A tile was moved to L0A before the B tile the first matmul waited for, so that wait
+    covers it too: one MTE1 -> M wait per B tile moved, not one per matmul."""
+    from pypto.ir.block import Instr, WaitFlag
+    from pypto.ir.isa import Pipe
+    kernel, (a, b, bias, c) = _small_matmul_gelu(examples)
+    compiled = kernel.compile(a, b, bias, c, BM=64, BN=64, BK=64)
+    grid_loop = next(s for s in compiled.kernel.block(CoreType.AIC).body if isinstance(s, For))
+    k_loop = next(s for s in grid_loop.body if isinstance(s, For))
+    waits = [s for s in k_loop.body if isinstance(s, WaitFlag) and (s.src, s.dst) == (Pipe.MTE1, Pipe.M)]
+    b_moves = [s for s in k_loop.body if isinstance(s, Instr) and s.op == "TMOV" and s.operands[0].startswith("B")]
+    assert len(b_moves) == 2 and len(waits) == len(b_moves)
