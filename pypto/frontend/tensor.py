@@ -98,6 +98,11 @@ class Tensor:
     def size(self, d=None):
         return self.shape if d is None else self.shape[d]
 
+    def contiguous(self) -> "Tensor":
+        """As torch's: the same values. A traced tensor is a value, not a layout; where a strided view
+        matters (a matmul operand), the compiler copies it contiguous itself."""
+        return self
+
     def __len__(self):
         d = self.shape[0]
         if not isinstance(d, int):

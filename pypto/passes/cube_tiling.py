@@ -16,13 +16,13 @@ from __future__ import annotations
 import sympy
 
 from .. import dtypes, symbolic as sym
-from ..errors import CompileError
 from ..ir.isa import MemSpace
 from ..ir.tensor_graph import TensorGraph, ValueInfo
 from ..ir.tile_graph import GMTile, TileAxis, TileOp, TileParam, TileProgram, TileValue
 from . import storage as st
 from .iterspace import is_one as _is_one
 from .tile_choice import cube_tiles
+from .vector_tiling import NeedsCopy
 
 
 def _operand(acc: st.Access, rank_batch: int, row_dim: int, col_dim: int):
@@ -54,8 +54,9 @@ def matmul_program(g, n, storage, out_acc, scope, name):
     ta = _operand(a_acc, ra - 2, a_row, a_col)
     tb = _operand(b_acc, rb - 2, b_row, b_col)
     if ta is None or tb is None:
-        raise CompileError("matmul operand is a strided view (its rows and columns are not the last two dims of "
-                           "a tensor); copy it first", loc=node["loc"])
+        # a strided view (rows and columns not the last two dims of its buffer): the driver copies it
+        # to a contiguous workspace and asks again
+        raise NeedsCopy(a_src if ta is None else b_src)
     M, N = out.shape[-2], out.shape[-1]
     K = a_info.shape[a_col]
     batch = out.shape[:-2]

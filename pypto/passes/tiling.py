@@ -260,7 +260,12 @@ class _Body:
                     from .cube_tiling import matmul_program
                     n = grp.nodes[0]
                     acc = self._store_target(n)
-                    prog = matmul_program(g, n, self.storage, acc, self.scope, _pname(g, grp, self.scope))
+                    for _attempt in range(3):       # each strided operand is copied contiguous once
+                        try:
+                            prog = matmul_program(g, n, self.storage, acc, self.scope, _pname(g, grp, self.scope))
+                            break
+                        except NeedsCopy as need:
+                            self._copy_contiguous(need.src)
                     self.items.extend(prog if isinstance(prog, list) else [prog])
                     self._extra_copies(n, acc)
                     continue
@@ -275,11 +280,7 @@ class _Body:
                         prog = self._fitting_program(grp, stores, name)
                         break
                     except NeedsCopy as need:
-                        src = need.src
-                        info = g.info(src)
-                        tmp = self.scope.workspace(f"ws{src}_c", info.shape, info.dtype)
-                        self._copy(src, tmp)
-                        self.storage[src] = tmp
+                        self._copy_contiguous(need.src)
                 self.items.append(prog)
                 for n in stores:
                     self._extra_copies(n, stores[n])
@@ -292,6 +293,13 @@ class _Body:
                     continue
                 self._copy(n, acc)
         return self.items
+
+    def _copy_contiguous(self, src):
+        """Value ``src`` copied to a contiguous workspace, which its readers then read."""
+        info = self.g.info(src)
+        tmp = self.scope.workspace(f"ws{src}_c", info.shape, info.dtype)
+        self._copy(src, tmp)
+        self.storage[src] = tmp
 
     def _fitting_program(self, grp, stores, name):
         """The group's TileProgram with tiles the memory planner can place: the chooser's UB estimate

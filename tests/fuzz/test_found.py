@@ -39,9 +39,6 @@ def test_view_of_a_transposed_tensor():
     torch.testing.assert_close(program(x), x.transpose(0, 1)[0:2, 1:5, 1:2], rtol=0, atol=0)
 
 
-@pytest.mark.xfail(strict=True, reason="cube_tiling refuses a matmul operand that is an expanded or "
-                                       "batch-transposed view ('copy it first': there is no copy op to call); "
-                                       "torch runs it (hunt seeds 58, 88)", raises=pypto.CompileError)
 def test_matmul_of_an_expanded_view():
     @pypto.jit(backend="sim")
     def program(x0: pypto.Tensor[[7, 1], pypto.float32], x1: pypto.Tensor[[64, 7], pypto.float32]):
