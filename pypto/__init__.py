@@ -8,7 +8,8 @@ from .errors import (PyptoError, ShapeError, DTypeError, TypeMismatchError, Symb
 from .machine import set_machine, get_machine, load_machine, MachineSpec
 from .backends import set_backend, get_backend
 from .frontend.tensor import Tensor, TensorSpec
-from .frontend.jit import jit, last_report, JitFunction
+from .frontend.jit import jit, JitFunction
+from .runtime.report import last_report
 from .frontend.control import loop
 from .frontend.api import *  # noqa: F401,F403  the traced op functions
 from .frontend.api import min, max, view, assemble, getitem, setitem  # min/max: torch's on tensors, on sizes too

@@ -47,6 +47,8 @@ class Compiled:
             check_indices(self.index_checks, inputs, env)
         if self.backend == "reference":
             from .runtime.reference import run_graph
+            from .runtime.report import set_last_report
+            set_last_report(None)             # a reference run has no report: last_report() says so
             return run_graph(self.graph, inputs, env), None
         runtime = importlib.import_module(f"pypto.runtime.{self.backend}")
         args = dict(zip(self.program.inputs, inputs))

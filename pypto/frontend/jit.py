@@ -23,14 +23,6 @@ from .api import fresh
 from .signature import evaluated_signature
 from .tensor import Tensor, TensorSpec
 
-_last = {"report": None}
-
-
-def last_report():
-    """The Report of the most recent run of any compiled function (None on the reference backend)."""
-    return _last["report"]
-
-
 class JitFunction:
     def __init__(self, fn, *, backend: str | None = None, machine: str | None = None, dump: str | None = None,
                  timing_only: bool = False, trace: str | None = None, name: str | None = None):
@@ -188,7 +180,6 @@ class JitFunction:
         inputs = [t.detach() for _, t in tensors]
         outs, report = compiled.run(inputs, env)
         self.last_report = report
-        _last["report"] = report
         g = compiled.graph
         returned = []
         for spec, value in zip(g.outputs, outs):

@@ -9,7 +9,8 @@ from .api import (Tile, load, store, matmul, transpose, reshape, cast, copy, bro
                   full, zeros, ones, full_like, zeros_like, arange, tril, triu, causal_mask, compare, where,
                   softmax, gelu, silu)
 from .control import program_id, num_programs, range, cdiv
-from .kernel import kernel, TileKernel, last_report
+from .kernel import kernel, TileKernel
+from ..runtime.report import last_report
 from .views import TensorArg, TileGrid, TileView, tile_view
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -37,13 +37,6 @@ from . import trace
 from .ir import GMTensor, KernelProgram
 from .views import TensorArg
 
-_last = {"report": None}
-
-
-def last_report():
-    return _last["report"]
-
-
 def _machine(machine) -> MachineSpec:
     if machine is None:
         return get_machine()
@@ -189,7 +182,6 @@ class Launch:
         from .run import launch
         report = launch(compiled, dict(tensors), grid, backend, machine, k.options, loc)
         k.last_report = report
-        _last["report"] = report
         return report
 
     @user_entry
