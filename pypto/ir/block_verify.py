@@ -16,6 +16,7 @@ from __future__ import annotations
 from ..errors import CompileError
 from .block import Block, CoreType, For, GMRegion, If, Instr, Kernel, SetFlag, WaitFlag
 from .isa import ISA, MemSpace, pipe_of
+from .liveness import live_ranges, positions
 
 SPACES = {CoreType.AIV: {MemSpace.UB}, CoreType.AIC: {MemSpace.L1, MemSpace.L0A, MemSpace.L0B, MemSpace.L0C}}
 
@@ -83,9 +84,8 @@ def _check_instr(block, ins: Instr, gm):
 
 
 def _check_overlaps(block):
-    from ..passes.memory import live_ranges, _positions
     rng = live_ranges(block)
-    order, _ = _positions(block)
+    order, _ = positions(block)
     tiles = [t for t in block.tiles if t.name in rng]
     for i, a in enumerate(tiles):
         for b in tiles[i + 1:]:
@@ -94,7 +94,8 @@ def _check_overlaps(block):
             (la, ha), (lb, hb) = rng[a.name], rng[b.name]
             if ha < lb or hb < la:
                 continue
-            # in place: one starts exactly where the other ends, at the same address, in one instruction
+            # in place: one starts exactly where the other ends, at the same address, as operands of one
+            # instruction (an instruction's scratch tile is never in place)
             if a.addr == b.addr and (ha == lb or hb == la):
                 pos = lb if ha == lb else la
                 ops = order[pos].tile_operands()

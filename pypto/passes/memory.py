@@ -11,53 +11,10 @@ reader of (same address, same shape and element size), as PTO kernels do.
 from __future__ import annotations
 
 from ..errors import CompileError
-from ..ir.block import Block, For, If, Instr
+from ..ir.block import Block, Instr
+from ..ir.liveness import live_ranges, positions
 
 _INPLACE_KINDS = ("elementwise", "transcendental", "cast", "compare", "select")
-
-
-def _positions(block: Block):
-    """Linear positions of instructions; loop spans [first, last] position of their bodies."""
-    order, loops = [], []
-
-    def walk(stmts):
-        for s in stmts:
-            if isinstance(s, Instr):
-                order.append(s)
-            elif isinstance(s, For):
-                start = len(order)
-                walk(s.body)
-                loops.append((start, len(order) - 1))
-            elif isinstance(s, If):
-                walk(s.then_body)
-                walk(s.else_body)
-    walk(block.body)
-    return order, loops
-
-
-def live_ranges(block: Block) -> dict:
-    order, loops = _positions(block)
-    rng = {}
-    for pos, ins in enumerate(order):
-        for t in ins.tile_operands():
-            lo, hi = rng.get(t, (pos, pos))
-            rng[t] = (min(lo, pos), max(hi, pos))
-    changed = True
-    while changed:
-        changed = False
-        for t, (lo, hi) in rng.items():
-            for ls, le in loops:
-                if le < ls:
-                    continue
-                inside = ls <= lo and hi <= le
-                touches = not (hi < ls or lo > le)
-                if touches and not inside:
-                    nlo, nhi = min(lo, ls), max(hi, le)
-                    if (nlo, nhi) != (lo, hi):
-                        lo, hi = nlo, nhi
-                        changed = True
-            rng[t] = (lo, hi)
-    return rng
 
 
 def _inplace_ok(ins: Instr, dst, src, block: Block) -> bool:
@@ -73,7 +30,7 @@ def _inplace_ok(ins: Instr, dst, src, block: Block) -> bool:
 def plan_memory(block: Block, machine, regions: dict | None = None) -> dict:
     """Assign ``TileDecl.addr`` for every tile of ``block``; returns {space: bytes used}."""
     align = machine.alignment
-    order, _ = _positions(block)
+    order, _ = positions(block)
     rng = live_ranges(block)
     regions = regions or {}
     defs = {}

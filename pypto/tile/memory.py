@@ -1,4 +1,4 @@
-"""On-chip addresses for a tile kernel's block: liveness (pypto.passes.memory.live_ranges) with a
+"""On-chip addresses for a tile kernel's block: liveness (pypto.ir.liveness.live_ranges) with a
 *least recently freed* allocator.
 
 The generic planner reuses the lowest free address; in a pipelined loop that puts the next tile on the
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from ..errors import TilingError
 from ..ir.block import Block
-from ..passes.memory import _inplace_ok, _positions, live_ranges
+from ..ir.liveness import live_ranges, positions
+from ..passes.memory import _inplace_ok
 
 
 POOL_SIZES = (4, 3, 2)    # buffers per tile size before one is reused: tried in turn until the tiles fit
@@ -23,7 +24,7 @@ POOL_SIZES = (4, 3, 2)    # buffers per tile size before one is reused: tried in
 def plan(block: Block, machine, tile_loc: dict | None = None, max_pool: int = POOL_SIZES[0]) -> dict:
     """Assign ``TileDecl.addr`` for every tile; returns {space: peak bytes}."""
     align = machine.alignment
-    order, _ = _positions(block)
+    order, _ = positions(block)
     rng = live_ranges(block)
     defs = {}
     for pos, ins in enumerate(order):
