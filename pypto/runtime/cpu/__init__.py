@@ -26,7 +26,7 @@ from ..report import Report, set_last_report
 from . import compiler
 from .compiler import STATS, INCLUDE_DIR
 from .errors import BuildWarning, CpuKernelError, FlagWarning
-from .block_count import cores_to_run
+from .core_count import cores_to_run
 from .gm_check import build_flags, checked_mode
 from .executor import Buffers, bind_env, execute, expand, written_bases
 from .library import KernelLibrary

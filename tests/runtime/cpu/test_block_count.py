@@ -1,5 +1,6 @@
-"""Which kernels the cpu backend may run on fewer cores than their task asks for (block_count.py),
-and that doing so leaves results unchanged while kernels that depend on the core count keep it."""
+"""Which kernels the cpu backend may run on fewer cores than their task asks for (the analysis
+pypto/ir/block_count.py, the backend's choice pypto/runtime/cpu/core_count.py), and that doing so leaves
+results unchanged while kernels that depend on the core count keep it."""
 from __future__ import annotations
 
 import pytest
@@ -11,7 +12,8 @@ from pypto.ir.block import (BLOCK_IDX, BLOCK_NUM, Block, CoreType, For, GMParam,
                             WaitFlag)
 from pypto.ir.isa import Pipe
 from pypto.runtime import cpu
-from pypto.runtime.cpu.block_count import block_count_free, cores_to_run
+from pypto.ir.block_count import block_count_free
+from pypto.runtime.cpu.core_count import cores_to_run
 from pypto.symbolic import index_symbol, smin
 
 import cpu_kernels as ck
@@ -145,12 +147,12 @@ def test_a_carried_kernel_runs_on_every_core():
 def test_plans_and_verdicts_go_with_their_graphs():
     import gc
 
-    from pypto.runtime.cpu import block_count
-    plans_before, free_before = len(cpu._PLANS), len(block_count._FREE)
+    from pypto.runtime.cpu import core_count
+    plans_before, free_before = len(cpu._PLANS), len(core_count._FREE)
     for _ in range(3):
         kernel = running_sum(carried=False)
         x = torch.randn(16, 64)
         cpu.run_kernel(kernel, {"x": x, "y": torch.empty_like(x)}, block_dim=48, threads=2)
         del kernel
     gc.collect()
-    assert len(cpu._PLANS) <= plans_before + 1 and len(block_count._FREE) <= free_before + 1
+    assert len(cpu._PLANS) <= plans_before + 1 and len(core_count._FREE) <= free_before + 1

@@ -1,5 +1,6 @@
-"""Which kernels give the same results on any number of cores, so that the cpu backend may run
-them on fewer cores than the task asks for.
+"""Which kernels give the same results on any number of cores (a Block IR analysis; reads the IR,
+changes nothing). The cpu backend runs such kernels on fewer cores than the task asks for
+(pypto/runtime/cpu/core_count.py).
 
 On the device the ``block_dim`` cores of a launch run side by side; on the host they run one
 after another on a few threads, and a grid-stride loop ``for t in range(block_idx, n, block_num)``
@@ -25,11 +26,9 @@ The test is conservative (anything it cannot prove keeps the task's block count)
 """
 from __future__ import annotations
 
-import weakref
-
 import sympy
 
-from ...ir.block import (BLOCK_IDX, BLOCK_NUM, SUBBLOCK_IDX, CrossCoreSetFlag, CrossCoreWaitFlag, For, GMRegion,
+from .block import (BLOCK_IDX, BLOCK_NUM, SUBBLOCK_IDX, CrossCoreSetFlag, CrossCoreWaitFlag, For, GMRegion,
                          If, Instr, Kernel, PipeBarrier, SetFlag, WaitFlag, walk)
 
 _LAUNCH_SYMBOLS = frozenset({BLOCK_IDX.name, BLOCK_NUM.name, SUBBLOCK_IDX.name})
@@ -200,6 +199,7 @@ class _Iteration:
 
 
 def block_count_free(kernel: Kernel) -> bool:
+    """True when running the kernel on any number of cores gives the same results (rules above)."""
     if len(kernel.blocks) != 1:
         return False
     block = kernel.blocks[0]
@@ -237,29 +237,3 @@ def block_count_free(kernel: Kernel) -> bool:
     except _Unprovable:
         return False
     return not any(ranges.overlaps(r, iteration.writes) for r in iteration.carried)
-
-
-
-_FREE: dict[int, tuple] = {}     # id(Kernel) -> (weakref to it, block_count_free(kernel))
-
-
-def _free_cached(kernel: Kernel) -> bool:
-    hit = _FREE.get(id(kernel))
-    if hit is not None and hit[0]() is kernel:
-        return hit[1]
-    free = block_count_free(kernel)
-    try:
-        _FREE[id(kernel)] = (weakref.ref(kernel, lambda _, k=id(kernel): _FREE.pop(k, None)), free)
-    except TypeError:
-        pass
-    return free
-
-
-def cores_to_run(kernel: Kernel | None, block_dim: int, threads: int, per_thread: int = 2) -> int:
-    """How many cores the cpu backend runs a launch of ``block_dim`` cores on: two per host
-    thread when the kernel is block-count free (some balancing between threads; each core's
-    tiles stay a few tiles apart: at 8 cores, 512-byte tiles already ran 2x slower), else all."""
-    target = max(1, threads) * per_thread
-    if kernel is None or block_dim <= target or not _free_cached(kernel):
-        return block_dim
-    return target
