@@ -1,7 +1,8 @@
 """The reference backend of tile kernels: the traced tile program run with torch, grid point by grid
 point, with the same rules as the hardware — every op works on its destination's valid region, tile
-padding is NaN (so reading it shows), elementwise math computes in fp32 and rounds to the result's dtype
-once per op, reductions and matmuls accumulate in fp32."""
+padding is NaN (so reading it shows). An op that is one PTO instruction runs that instruction's
+semantics (pypto/ir/isa.py, the functions the simulator runs); loads, stores and reshapes move data
+here."""
 from __future__ import annotations
 
 import itertools
@@ -10,22 +11,18 @@ import sympy
 import torch
 
 from ..errors import PyptoError
+from ..ir.isa import ISA
+from ..ir.isa_semantics import REGIONS
 from ..symbolic import evaluate
 from .ir import KernelProgram, Loop, Value
 from .optable import OPS
 
-F32 = torch.float32
-_CMP = {"eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge}
 
 
 def _ev(x, env):
     if isinstance(x, sympy.Basic):
         return evaluate(x, env) if x.free_symbols or x.is_Integer else float(x)
     return x
-
-
-def _up(t):
-    return t.to(F32) if t.dtype.is_floating_point or t.dtype == torch.bool else t.to(torch.int64)
 
 
 class _Run:
@@ -63,7 +60,7 @@ class _Run:
             else:
                 try:
                     self.op(s)
-                except (RuntimeError, IndexError) as e:
+                except (RuntimeError, IndexError, TypeError, ValueError) as e:
                     raise PyptoError(f"{s.op}: {e}", loc=s.loc) from None
 
     def loop(self, s: Loop):
@@ -95,58 +92,29 @@ class _Run:
             src = src.T if s.args[0].trans else src
             out[:r, :c] = src[:r, :c]
             return
-        args = [self.vals[id(a)] if isinstance(a, Value) else _ev(a, env) for a in s.args]
-        d = OPS[name]
-        fam = d.family
-        if name == "matmul":
-            a, b = args[0], args[1]
-            k = self.valid(s.args[0])[1]
-            prod = a[:r, :k].to(F32) @ b[:k, :c].to(F32) if a.dtype.is_floating_point else \
-                a[:r, :k].to(torch.int64) @ b[:k, :c].to(torch.int64)
-            if len(args) == 3:
-                prod = prod + _up(args[2][:r, :c])
-            res = prod
-        elif fam in ("binary", "rowexp", "colexp"):
-            a, b = args
-            b = b[:r, :1] if fam == "rowexp" else b[:1, :c] if fam == "colexp" else b[:r, :c]
-            res = d.ref(_up(a[:r, :c]), _up(b))
-        elif fam == "scalar":
-            res = d.ref(_up(args[0][:r, :c]), args[1])
-        elif fam == "unary":
-            res = d.ref(_up(args[0][:r, :c]))
-        elif fam == "reduce":
-            sr, sc = self.valid(s.args[0])
-            res = d.ref(_up(args[0][:sr, :sc]))
-        elif name in ("cast", "copy"):
-            res = args[0][:r, :c]
-            if name == "cast" and not out.dtype.is_floating_point and res.dtype.is_floating_point:
-                res = torch.round(res.to(F32))
-        elif name == "reshape":
-            res = args[0].reshape(r, c)
-        elif name == "transpose":
-            res = args[0][:c, :r].T
-        elif name == "full":
-            res = torch.full((r, c), args[0])
-        elif name == "iota":
-            axis = s.attrs.get("axis", 1)
-            res = (torch.arange(r).unsqueeze(1).expand(r, c) if axis == 0 else
-                   torch.arange(c).unsqueeze(0).expand(r, c)).to(torch.float64) + args[0]
-        elif name in ("tril", "triu"):
-            rr, cc = torch.arange(r).unsqueeze(1), torch.arange(c).unsqueeze(0)
-            res = (cc <= rr + args[0]) if name == "tril" else (cc >= rr + args[0])
-        elif name in ("cmp", "cmps"):
-            b = args[1][:r, :c] if name == "cmp" else args[1]
-            res = _CMP[s.attrs["cmp"]](_up(args[0][:r, :c]), _up(b) if isinstance(b, torch.Tensor) else b)
-        elif name == "select":
-            m, a, b = args
-            res = torch.where(m[:r, :c] != 0, _up(a[:r, :c]), _up(b[:r, :c]))
-        elif name == "rowexpand":
-            res = args[0][:r, :1].expand(r, c)
-        elif name == "colexpand":
-            res = args[0][:1, :c].expand(r, c)
-        else:
-            raise PyptoError(f"the reference backend has no rule for pt op {name}", loc=s.loc)
-        out[:r, :c] = res.to(out.dtype) if res.dtype != out.dtype else res
+        if name == "reshape":           # no instruction: the backends go through GM
+            out[:r, :c] = self.vals[id(s.args[0])].reshape(r, c)
+            return
+        self.instruction(s, out)
+
+    def instruction(self, s, out):
+        """Run the op's PTO instruction (its entry in pypto/ir/isa.py): operands cut to the instruction's
+        region, then the instruction's semantics function, as the simulator does."""
+        op = OPS[s.op].pto
+        if op is None:
+            raise PyptoError(f"the reference backend has no rule for pt op {s.op}", loc=s.loc)
+        tiles = [out] + [self.vals[id(a)] for a in s.args if isinstance(a, Value)]
+        valid = [self.valid(s.out)] + [self.valid(a) for a in s.args if isinstance(a, Value)]
+        scalars = [_ev(a, self.env) for a in s.args if not isinstance(a, Value)]
+        if s.op == "matmul" and len(tiles) == 4:         # a @ b + acc: TMATMUL_ACC into a copy of acc
+            r, c = valid[0]
+            out[:r, :c] = tiles.pop()[:r, :c].to(out.dtype)
+            valid.pop()
+            op = "TMATMUL_ACC"
+        spec = ISA[op]
+        shapes = REGIONS[spec.region]([x for v in valid for x in v], len(tiles))
+        operands = [t[:rr, :cc] for t, (rr, cc) in zip(tiles, shapes)] + scalars
+        spec.semantics(operands[0], operands[1:], s.attrs)
 
 
 def run_program(program: KernelProgram, tensors: dict, grid: tuple, env: dict) -> None:

@@ -1,5 +1,5 @@
-"""The tile ops a kernel body can record, as data: what each computes (torch, for the reference
-interpreter), which PTO instruction runs it, and on which unit.
+"""The tile ops a kernel body can record, as data: which PTO instruction runs each (its meaning is that
+instruction's semantics, pypto/ir/isa.py; reshape is no instruction: the backends go through GM).
 
 families
   load / store      GM tile view <-> tile                     TLOAD / TSTORE
@@ -19,69 +19,48 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 
 @dataclass(frozen=True)
 class TileOpDef:
     name: str
     family: str
-    pto: str | None = None
-    ref: object = None            # torch function of the (fp32-upcast) operands
+    pto: str | None = None        # the instruction (pypto/ir/isa.py) whose semantics the op has
     commutative: bool = False
 
 
-def _defs(family, table, **kw):
-    return {n: TileOpDef(n, family, pto, ref, **kw) for n, (pto, ref) in table.items()}
-
-
-_BINARY = {
-    "add": ("TADD", torch.add), "sub": ("TSUB", torch.sub), "mul": ("TMUL", torch.mul),
-    "div": ("TDIV", torch.div), "maximum": ("TMAX", torch.maximum), "minimum": ("TMIN", torch.minimum),
-    "pow": ("TPOW", torch.pow),
-}
+_BINARY = {"add": "TADD", "sub": "TSUB", "mul": "TMUL", "div": "TDIV", "maximum": "TMAX", "minimum": "TMIN",
+           "pow": "TPOW"}
 _COMMUTATIVE = {"add", "mul", "maximum", "minimum"}
 _ROW = {"add": "TROWEXPANDADD", "sub": "TROWEXPANDSUB", "mul": "TROWEXPANDMUL", "div": "TROWEXPANDDIV",
         "maximum": "TROWEXPANDMAX", "minimum": "TROWEXPANDMIN"}
 _COL = {"add": "TCOLEXPANDADD", "sub": "TCOLEXPANDSUB", "mul": "TCOLEXPANDMUL", "div": "TCOLEXPANDDIV",
         "maximum": "TCOLEXPANDMAX", "minimum": "TCOLEXPANDMIN"}
-_SCALAR = {
-    "adds": ("TADDS", lambda x, s: x + s), "subs": ("TSUBS", lambda x, s: x - s),
-    "rsubs": ("TRSUBS", lambda x, s: s - x), "muls": ("TMULS", lambda x, s: x * s),
-    "divs": ("TDIVS", lambda x, s: x / s), "rdivs": ("TRDIVS", lambda x, s: s / x),
-    "maxs": ("TMAXS", lambda x, s: torch.clamp(x, min=s)), "mins": ("TMINS", lambda x, s: torch.clamp(x, max=s)),
-    "pows": ("TPOWS", lambda x, s: torch.pow(x, s)), "rpows": ("TRPOWS", lambda x, s: torch.pow(torch.tensor(s), x)),
-}
-_UNARY = {
-    "exp": ("TEXP", torch.exp), "log": ("TLOG", torch.log), "sqrt": ("TSQRT", torch.sqrt),
-    "rsqrt": ("TRSQRT", torch.rsqrt), "recip": ("TRECIP", torch.reciprocal), "abs": ("TABS", torch.abs),
-    "neg": ("TNEG", torch.neg), "relu": ("TRELU", torch.relu), "tanh": ("TTANH", torch.tanh),
-    "sigmoid": ("TSIGMOID", torch.sigmoid), "erf": ("TERF", torch.erf), "sin": ("TSIN", torch.sin),
-    "cos": ("TCOS", torch.cos), "log1p": ("TLOG1P", torch.log1p), "expm1": ("TEXPM1", torch.expm1),
-    "floor": ("TFLOOR", torch.floor), "ceil": ("TCEIL", torch.ceil),
-}
-_REDUCE = {
-    "rowsum": ("TROWSUM", lambda x: x.sum(1, keepdim=True)), "rowmax": ("TROWMAX", lambda x: x.amax(1, keepdim=True)),
-    "rowmin": ("TROWMIN", lambda x: x.amin(1, keepdim=True)),
-    "colsum": ("TCOLSUM", lambda x: x.sum(0, keepdim=True)), "colmax": ("TCOLMAX", lambda x: x.amax(0, keepdim=True)),
-    "colmin": ("TCOLMIN", lambda x: x.amin(0, keepdim=True)),
-}
+_SCALAR = {"adds": "TADDS", "subs": "TSUBS", "rsubs": "TRSUBS", "muls": "TMULS", "divs": "TDIVS", "rdivs": "TRDIVS",
+           "maxs": "TMAXS", "mins": "TMINS", "pows": "TPOWS", "rpows": "TRPOWS"}
+_UNARY = {"exp": "TEXP", "log": "TLOG", "sqrt": "TSQRT", "rsqrt": "TRSQRT", "recip": "TRECIP", "abs": "TABS",
+          "neg": "TNEG", "relu": "TRELU", "tanh": "TTANH", "sigmoid": "TSIGMOID", "erf": "TERF", "sin": "TSIN",
+          "cos": "TCOS", "log1p": "TLOG1P", "expm1": "TEXPM1", "floor": "TFLOOR", "ceil": "TCEIL"}
+_REDUCE = {"rowsum": "TROWSUM", "rowmax": "TROWMAX", "rowmin": "TROWMIN",
+           "colsum": "TCOLSUM", "colmax": "TCOLMAX", "colmin": "TCOLMIN"}
 ROW_REDUCTIONS = {"rowsum", "rowmax", "rowmin"}
 COMPARES = ("eq", "ne", "lt", "le", "gt", "ge")
 
+
+def _defs(family, table):
+    return {n: TileOpDef(n, family, pto) for n, pto in table.items()}
+
+
 OPS: dict[str, TileOpDef] = {}
-OPS |= {n: TileOpDef(n, "binary", pto, ref, n in _COMMUTATIVE) for n, (pto, ref) in _BINARY.items()}
-OPS |= {f"{n}_row": TileOpDef(f"{n}_row", "rowexp", _ROW[n], _BINARY[n][1]) for n in _ROW}
-OPS |= {f"{n}_col": TileOpDef(f"{n}_col", "colexp", _COL[n], _BINARY[n][1]) for n in _COL}
+OPS |= {n: TileOpDef(n, "binary", pto, n in _COMMUTATIVE) for n, pto in _BINARY.items()}
+OPS |= {f"{n}_row": TileOpDef(f"{n}_row", "rowexp", _ROW[n]) for n in _ROW}
+OPS |= {f"{n}_col": TileOpDef(f"{n}_col", "colexp", _COL[n]) for n in _COL}
 OPS |= _defs("scalar", _SCALAR)
 OPS |= _defs("unary", _UNARY)
 OPS |= _defs("reduce", _REDUCE)
 OPS |= _defs("misc", {
-    "load": ("TLOAD", None), "store": ("TSTORE", None), "matmul": ("TMATMUL", None),
-    "cast": ("TCVT", None), "transpose": ("TTRANS", None), "copy": ("TMOV_V", None),
-    "reshape": (None, None), "full": ("TEXPANDS", None), "iota": ("TARANGE", None),
-    "tril": ("TTRIL", None), "triu": ("TTRIU", None), "cmp": ("TCMP", None), "cmps": ("TCMPS", None),
-    "select": ("TSEL", None), "rowexpand": ("TROWEXPAND", None), "colexpand": ("TCOLEXPAND", None),
+    "load": "TLOAD", "store": "TSTORE", "matmul": "TMATMUL", "cast": "TCVT", "transpose": "TTRANS",
+    "copy": "TMOV_V", "reshape": None, "full": "TEXPANDS", "iota": "TARANGE", "tril": "TTRIL", "triu": "TTRIU",
+    "cmp": "TCMP", "cmps": "TCMPS", "select": "TSEL", "rowexpand": "TROWEXPAND", "colexpand": "TCOLEXPAND",
 })
 
 # ops whose rows are independent of each other: a vector tile split by rows between the two vector

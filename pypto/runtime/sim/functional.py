@@ -1,74 +1,22 @@
 """Executing one instruction on a core's buffers: cut every tile operand to the region the instruction
-works on (``REGION_SHAPES``), check the region fits every tile and the GM box fits its tensor, and
-call the instruction's meaning from semantics.py. Tiles are views of the core's byte buffers at
-their addresses, so aliasing tiles see each other's writes exactly as on hardware."""
+works on (its region kind, pypto/ir/isa_semantics.REGIONS), check the region fits every tile and the
+GM box fits its tensor, and call the instruction's semantics function (its entry in pypto/ir/isa.py).
+Tiles are views of the core's byte buffers at their addresses, so aliasing tiles see each other's
+writes exactly as on hardware."""
 from __future__ import annotations
 
 import torch
 
 from ...errors import SimError
 from ...ir import gm_bounds
-
-
-def _same(v, n):
-    r, c = v[0], v[1]
-    return ((r, c),) * n
-
-
-def _rowexpand(v, n):
-    r, c = v[0], v[1]
-    return ((r, c), (r, c), (r, 1))
-
-
-def _colexpand(v, n):
-    r, c = v[0], v[1]
-    return ((r, c), (r, c), (1, c))
-
-
-def _rowbcast(v, n):
-    return ((v[0], v[1]), (v[0], 1))
-
-
-def _colbcast(v, n):
-    return ((v[0], v[1]), (1, v[1]))
-
-
-def _rowreduce(v, n):
-    return ((v[2], 1), (v[2], v[3]))
-
-
-def _colreduce(v, n):
-    return ((1, v[3]), (v[2], v[3]))
-
-
-def _trans(v, n):
-    return ((v[0], v[1]), (v[1], v[0]))
-
-
-def _fill(v, n):
-    return ((v[0], v[1]),)
-
-
-def _matmul(v, n):
-    m, nn, k = v[0], v[1], v[3]
-    return ((m, nn), (m, k), (k, nn))
-
-
-def _move(v, n):
-    return ((v[0], v[1]),)
-
-
-# region kind (semantics.REGION) -> vals -> required (rows, cols) of every tile operand, in operand order
-REGION_SHAPES = {"same": _same, "rowexpand": _rowexpand, "colexpand": _colexpand, "rowbcast": _rowbcast,
-                 "colbcast": _colbcast, "rowreduce": _rowreduce, "colreduce": _colreduce, "trans": _trans,
-                 "fill": _fill, "matmul": _matmul, "load": _move, "store": _move}
+from ...ir.isa_semantics import REGIONS
 
 
 def fits_source(cop) -> str:
     """Python source of a fast test ``v -> bool`` that every operand region fits its tile (the slow path,
     operand_shapes, then explains a failure)."""
     n = 2 * cop.n_tiles + (cop.gm_rank if cop.gm_param else 0) + 8
-    shapes = REGION_SHAPES[cop.region]([f"v[{i}]" for i in range(n)], cop.n_tiles)
+    shapes = REGIONS[cop.region]([f"v[{i}]" for i in range(n)], cop.n_tiles)
     terms = [f"0 <= {r} <= {t.shape[0]} and 0 <= {c} <= {t.shape[1]}" for t, (r, c) in zip(cop.tiles, shapes)]
     return " and ".join(terms) or "True"
 
@@ -84,7 +32,7 @@ def gm_fits_source(cop) -> str:
 
 def operand_shapes(cop, vals):
     """The (rows, cols) each tile operand is used over; raises when one exceeds its tile."""
-    shapes = REGION_SHAPES[cop.region](vals, cop.n_tiles)
+    shapes = REGIONS[cop.region](vals, cop.n_tiles)
     for t, (r, c) in zip(cop.tiles, shapes):
         if r < 0 or c < 0 or r > t.shape[0] or c > t.shape[1]:
             raise SimError(f"region [{r}, {c}] of tile '{t.name}' exceeds its shape {list(t.shape)} "
