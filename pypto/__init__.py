@@ -15,7 +15,7 @@ from .frontend.api import *  # noqa: F401,F403  the traced op functions
 from .frontend.api import min, max, view, assemble, getitem, setitem  # min/max: torch's on tensors, on sizes too
 from .creation import randn, rand, zeros, ones, full, from_torch  # concrete outside a trace, traced inside
 from .nn import Module, Parameter
-from .passes.hints import set_vec_tile_shapes, set_cube_tile_shapes, get_vec_tile_shapes, get_cube_tile_shapes
+from .frontend.hints import set_vec_tile_shapes, set_cube_tile_shapes, get_vec_tile_shapes, get_cube_tile_shapes
 from .ops import load_all as _load_ops
 
 _load_ops()

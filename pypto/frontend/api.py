@@ -11,8 +11,8 @@ import torch
 from .. import dtypes, symbolic as sym
 from ..errors import PyptoError, ShapeError, TypeMismatchError, user_location
 from ..ops.registry import get_op
-from ..passes.hints import stamp as _stamp_hints
 from . import context as ctx
+from .hints import stamp as _stamp_hints
 from .tensor import Alias, Tensor
 
 # ops whose torch counterpart returns a view of its input: a later write into the input is seen
@@ -30,7 +30,7 @@ def emit(op: str, inputs: list, attrs: dict | None = None) -> Tensor:
     attrs = dict(attrs or {})
     op_def = get_op(op)
     out = op_def.infer(infos, attrs)
-    _stamp_hints(op_def, attrs, infos, out)      # the active tiling hints (pypto/passes/hints.py)
+    _stamp_hints(op_def, attrs, infos, out)      # the active tiling hints (frontend/hints.py)
     result = Tensor._wrap(g, g.add_node(op, ids, attrs, out, user_location()))
     if op in ALIAS_OPS:
         src = inputs[0]

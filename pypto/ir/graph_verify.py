@@ -2,6 +2,9 @@
 order), types (re-running every op's ``infer`` reproduces the recorded ValueInfo) and loops (their
 bodies verified recursively; carried values and results agree with the body's outputs).
 
+The op table is the caller's (``ops``: op name -> an entry with ``num_inputs`` and
+``infer(infos, attrs)``, as pypto.ops.registry.REGISTRY holds): the IR knows no ops of its own.
+
 A failure is a compiler bug or a hand-built graph gone wrong, not a user mistake: it raises
 ``CompileError`` naming the graph, the node and what was expected."""
 from __future__ import annotations
@@ -54,7 +57,7 @@ def _check_structure(g: TensorGraph) -> None:
             _fail(g, nid, f"edges {have} do not match its operands {want} (operand -> positions)")
 
 
-def _check_loop(g: TensorGraph, nid: int, node: dict) -> None:
+def _check_loop(g: TensorGraph, nid: int, node: dict, ops) -> None:
     attrs = node["attrs"]
     body = attrs.get("body")
     if not isinstance(body, TensorGraph):
@@ -81,16 +84,15 @@ def _check_loop(g: TensorGraph, nid: int, node: dict) -> None:
         if not (_same_value(out_v, body.info(body.inputs[pos])) and _same_value(out_v, res)):
             _fail(g, nid, f"carried value {k}: body output {_fmt(out_v)}, body input "
                           f"{_fmt(body.info(body.inputs[pos]))} and loop result {_fmt(res)} must agree")
-    verify_graph(body)
+    verify_graph(body, ops)
 
 
-def _check_types(g: TensorGraph) -> None:
-    from ..ops.registry import REGISTRY
+def _check_types(g: TensorGraph, ops) -> None:
     for nid in g.nodes():
         node = g.node(nid)
         op = node["op"]
         if op == "loop":
-            _check_loop(g, nid, node)
+            _check_loop(g, nid, node, ops)
         elif op == "loop_result":
             src = node["inputs"]
             if len(src) != 1 or g.op(src[0]) != "loop":
@@ -102,23 +104,24 @@ def _check_types(g: TensorGraph) -> None:
             if not _same_value(results[k], node["out"]):
                 _fail(g, nid, f"records {_fmt(node['out'])} but loop result {k} is {_fmt(results[k])}")
         elif op != "input":
-            if op not in REGISTRY:
+            if op not in ops:
                 _fail(g, nid, f"unknown op '{op}'")
             infos = [g.info(i) for i in node["inputs"]]
-            n_in = REGISTRY[op].num_inputs
+            n_in = ops[op].num_inputs
             if n_in is not None and len(infos) != n_in:
                 _fail(g, nid, f"'{op}' takes {n_in} operands, found {len(infos)}")
             if any(isinstance(v, (list, tuple)) for v in infos):
                 _fail(g, nid, "an operand is a multi-result loop node; read it through loop_result")
             try:
-                again = REGISTRY[op].infer(infos, dict(node["attrs"]))
+                again = ops[op].infer(infos, dict(node["attrs"]))
             except PyptoError as e:
                 _fail(g, nid, f"'{op}' rejects its recorded operands: {e.message}")
             if not _same_value(again, node["out"]):
                 _fail(g, nid, f"'{op}' infers {_fmt(again)} but the node records {_fmt(node['out'])}")
 
 
-def verify_graph(g: TensorGraph) -> None:
-    """Raise CompileError at the first inconsistency of ``g`` (loop bodies included)."""
+def verify_graph(g: TensorGraph, ops) -> None:
+    """Raise CompileError at the first inconsistency of ``g`` (loop bodies included), its nodes'
+    types checked against the op table ``ops``."""
     _check_structure(g)
-    _check_types(g)
+    _check_types(g, ops)

@@ -113,6 +113,8 @@ class TensorGraph:
         from .graph_serialize import graph_from_json
         return graph_from_json(data)
 
-    def verify(self) -> None:
+    def verify(self, ops) -> None:
+        """Raise CompileError at the first inconsistency (see graph_verify); ``ops``: the op table,
+        pypto.ops.registry.REGISTRY."""
         from .graph_verify import verify_graph
-        verify_graph(self)
+        verify_graph(self, ops)

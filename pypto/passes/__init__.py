@@ -1,8 +1,8 @@
 """The compiler's passes, one module per pass (see pipeline.py for the order):
 
-hints (set_vec_tile_shapes / set_cube_tile_shapes), decompose, canonicalize, autocast,
+hints (tiling hints checked against the machine), decompose, canonicalize, autocast,
 fusion (+ iterspace), tiling (+ storage, vector_tiling, vector_rules, cube_tiling, copy_tiling,
 tile_choice), kernels (+ to_blocks), memory, sync; manager runs them with dumps and verification.
 
-This package imports nothing at load time: the frontend imports ``hints`` from it.
+This package imports nothing at load time.
 """

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 
 from .. import dtypes
 from ..errors import SourceLoc
-from ..frontend import api as P
+from ..frontend import api as P, hints
 from ..ir.tensor_graph import OutputSpec
-from . import hints
 
 INDEX_OPS = ("index_select", "gather")
 VALUE_PRESERVING = ("reshape", "transpose", "permute", "expand")

@@ -12,11 +12,15 @@
 from __future__ import annotations
 
 from ..errors import ShapeError
+from ..ir.block_verify import verify_kernel
+from ..ir.graph_verify import verify_graph
 from ..machine import MachineSpec, get_machine, load_machine
+from ..ops.registry import REGISTRY
 from ..ops.shape_rules import fmt_shape
 from .autocast import autocast
 from .canonicalize import canonicalize
 from .decompose import decompose
+from .hints import check_hints
 from .index_checks import CHECK_KIND
 from .kernels import BlockGraph, lower_blocks
 from .manager import PassManager
@@ -49,20 +53,13 @@ def _sync(bg: BlockGraph, spec) -> BlockGraph:
 
 
 def _verify_blocks(bg) -> None:
-    from ..ir.block_verify import verify_kernel
     graph = getattr(bg, "graph", bg)
     for k in graph.kernels.values():
         verify_kernel(k, _verify_blocks.spec)
 
 
 def _verify_graph(g) -> None:
-    verify = getattr(g, "verify", None)
-    try:
-        from ..ir import graph_verify  # noqa: F401
-    except ImportError:
-        return
-    if verify is not None:
-        verify()
+    verify_graph(g, REGISTRY)
 
 
 def refuse_zero_size(g) -> None:
@@ -91,9 +88,11 @@ def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = 
     _last["manager"] = pm
     _verify_blocks.spec = spec
     pm.write("traced", graph)
+    check_hints(graph, spec)                  # the user's ops, at their lines
     g = pm.run("decompose", decompose, graph, verifier=_verify_graph)
     g = pm.run("canonicalize", canonicalize, g, verifier=_verify_graph)
     g = pm.run("autocast", autocast, g, verifier=_verify_graph)
+    check_hints(g, spec)                      # the ops the rewrites re-traced with their hints
     tg = pm.run("tile", build_tile_graph, g, spec, fuse=fuse)
     bg = pm.run("blocks", lower_blocks, tg, spec)
     bg = pm.run("memory", _memory, bg, spec)

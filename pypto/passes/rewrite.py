@@ -8,9 +8,9 @@ take the replaced node's source location and tiling hints. Loop bodies are rebui
 from __future__ import annotations
 
 from ..frontend import context as ctx
+from ..frontend import hints
 from ..frontend.tensor import Tensor
 from ..ir.tensor_graph import OutputSpec, TensorGraph
-from . import hints
 
 
 def live_nodes(g: TensorGraph) -> set:

@@ -8,6 +8,7 @@ import torch
 
 import pypto
 from pypto.errors import DTypeError, PyptoError, ShapeError, SymbolicError, TypeMismatchError
+from pypto.ops.registry import REGISTRY
 
 F32 = pypto.float32
 
@@ -160,7 +161,7 @@ def test_loop_carried_accumulator_and_tail_blocks():
     assert colsum.trace_count == 1
     g = colsum.trace(torch.randn(3, 8))
     assert [g.op(n) for n in g.nodes()].count("loop") == 1
-    g.verify()
+    g.verify(REGISTRY)
 
 
 def test_nested_loops_write_tiles():
@@ -183,7 +184,7 @@ def test_nested_loops_write_tiles():
                 want[i * 3:(i + 1) * 3, j * 5:(j + 1) * 5] = x[i * 3:(i + 1) * 3, j * 5:(j + 1) * 5] * (i + 1) + j
         torch.testing.assert_close(scale_tiles(x), want)
     assert scale_tiles.trace_count == 1
-    scale_tiles.trace(torch.randn(9, 10)).verify()
+    scale_tiles.trace(torch.randn(9, 10)).verify(REGISTRY)
 
 
 def test_loop_with_start_stop_step():

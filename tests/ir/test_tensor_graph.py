@@ -11,6 +11,7 @@ import pypto
 from pypto.sanitize import path_component
 from pypto.errors import CompileError
 from pypto.ir.tensor_graph import TensorGraph, ValueInfo
+from pypto.ops.registry import REGISTRY
 from pypto.runtime.reference import run_graph
 
 F16 = pypto.float16
@@ -53,7 +54,7 @@ def test_json_round_trip_is_lossless_and_runs():
     data = json.loads(json.dumps(g.to_json()))
     g2 = TensorGraph.from_json(data)
     assert str(g2) == str(g) and g2.to_json() == g.to_json()
-    g2.verify()
+    g2.verify(REGISTRY)
     x, w = torch.randn(13, 32, dtype=torch.float16), torch.randn(32, 16, dtype=torch.float16)
     env = {"T": 13}
     for a, b in zip(run_graph(g, [x, w], env), run_graph(g2, [x, w], env)):
@@ -61,7 +62,7 @@ def test_json_round_trip_is_lossless_and_runs():
 
 
 def test_verifier_accepts_every_traced_graph():
-    traced().verify()
+    traced().verify(REGISTRY)
 
 
 def _corrupt(mutate):
@@ -107,7 +108,7 @@ BROKEN = [
 def test_verifier_rejects_broken_graphs(what, mutate, match):
     g = _corrupt(mutate)
     with pytest.raises(CompileError, match=match):
-        g.verify()
+        g.verify(REGISTRY)
 
 
 def test_dump_writes_text_dot_and_json(tmp_path):
@@ -116,4 +117,17 @@ def test_dump_writes_text_dot_and_json(tmp_path):
     d = tmp_path / path_component("<lambda>")       # '<lambda>' is no safe folder name: sanitised, hashed
     assert d.name.startswith("_lambda_-")
     assert {p.name for p in d.iterdir()} >= {"tensor_graph.txt", "tensor_graph.dot", "tensor_graph.json"}
-    TensorGraph.from_json(json.loads((d / "tensor_graph.json").read_text())).verify()
+    TensorGraph.from_json(json.loads((d / "tensor_graph.json").read_text())).verify(REGISTRY)
+
+
+def test_verifier_checks_types_against_the_table_it_is_given():
+    """The IR has no op table of its own: an op missing from the given table is unknown, and an
+    entry whose infer disagrees with the recorded value is reported."""
+    g = traced()
+    table = {k: v for k, v in REGISTRY.items() if k != "softmax"}
+    with pytest.raises(CompileError, match="unknown op 'softmax'"):
+        g.verify(table)
+    wrong = copy.copy(REGISTRY["matmul"])
+    wrong.infer = lambda infos, attrs: ValueInfo(infos[0].shape, pypto.float32)
+    with pytest.raises(CompileError, match=r"'matmul' infers f32"):
+        g.verify({**REGISTRY, "matmul": wrong})

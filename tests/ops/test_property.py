@@ -4,6 +4,7 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import pypto
+from pypto.ops.registry import REGISTRY
 
 from .op_testing import assert_close, compile_case
 
@@ -87,7 +88,7 @@ def test_random_chains_match_torch_eager(program, seed):
     f = compile_case(lambda m, *args: run_program(m, steps, *args),
                      [pypto.Tensor[list(s), pypto.dtypes.from_torch(dtype)] for s in shapes])
     got = f(*xs)
-    f.trace(*xs).verify()
+    f.trace(*xs).verify(REGISTRY)
     # fp16 chains: per-op rounding matches torch, but a chain can amplify a 1-ulp difference
     assert_close(got, run_program(torch, steps, *xs), dtype, factor=4.0 if dtype == torch.float16 else 1.0,
                  what=f"{steps} on {shapes}")

@@ -1,5 +1,5 @@
 """Tiling hints (set_vec_tile_shapes / set_cube_tile_shapes): applied to the ops traced after them,
-scoped to their trace, checked at the user's line; PYPTO_DUMP / dump= writes every stage; the
+scoped to their trace, checked at the user's line against the machine compiled for; PYPTO_DUMP / dump= writes every stage; the
 TileGraph JSON round trip; the Block IR verifier rejects broken programs."""
 import json
 
@@ -11,7 +11,7 @@ from pypto.errors import CompileError, TilingError
 from pypto.ir.block import SetFlag, WaitFlag
 from pypto.ir.block_verify import verify_kernel
 from pypto.ir.tile_graph import tile_graph_from_json, tile_graph_to_json
-from pypto.passes.hints import reset_tile_shapes
+from pypto.frontend.hints import reset_tile_shapes
 from .passes_helpers import lowered, rand, sim_vs_reference
 
 
@@ -50,7 +50,7 @@ def test_a_hint_does_not_leak_into_a_later_trace_whose_graph_has_the_same_addres
     earlier one. Tracing into the very same graph object twice stands for that case."""
     from pypto.frontend import context as ctx
     from pypto.ir.tensor_graph import TensorGraph
-    from pypto.passes.hints import get_vec_tile_shapes
+    from pypto.frontend.hints import get_vec_tile_shapes
 
     graph = TensorGraph("reused")
     ctx.push(graph)
@@ -72,7 +72,7 @@ def test_bad_vec_hint_raises_at_the_user_line(dims, what):
         pypto.set_vec_tile_shapes(*dims)
         return x.exp()                                  # the offending op
     with pytest.raises(TilingError) as e:
-        pypto.jit(f).trace(rand((16, 64)))
+        lowered(f, rand((16, 64)))                      # rank at the trace, the rest when compiled
     assert e.value.loc.file == __file__ and e.value.loc.line == f.__code__.co_firstlineno + 2
     assert {"alignment": "alignment", "rank": "dims", "UB": "UB"}[what] in str(e.value)
 
@@ -83,7 +83,30 @@ def test_bad_cube_hint(m, k, n):
         def f(a, b):
             pypto.set_cube_tile_shapes(m, k, n)
             return a @ b
-        pypto.jit(f).trace(rand((64, 64), torch.float16), rand((64, 64), torch.float16))
+        lowered(f, rand((64, 64), torch.float16), rand((64, 64), torch.float16))
+
+
+def _mm_with_cube_hint(a, b):
+    pypto.set_cube_tile_shapes([256, 256], [32, 64], [256, 256])    # L0C: 256 x 256 fp32 = 256 KiB
+    return a @ b
+
+
+def test_a_hint_is_checked_against_the_machine_compiled_for():
+    """The L0C tile of this hint fits a5 (256 KiB) and not a2a3 (128 KiB), whatever the global machine is."""
+    a, b = rand((256, 128), torch.float16, seed=2), rand((128, 256), torch.float16, seed=3)
+    want = (a.float() @ b.float()).to(torch.float16)
+    for default in ("a2a3", "a5"):
+        saved = pypto.get_machine()
+        pypto.set_machine(default)
+        try:
+            out = pypto.jit(_mm_with_cube_hint, backend="sim", machine="a5")(a, b)
+            torch.testing.assert_close(out, want, rtol=2e-3, atol=2e-3)
+            with pytest.raises(TilingError, match="L0C.*machine a2a3") as e:
+                pypto.jit(_mm_with_cube_hint, backend="sim", machine="a2a3")(a, b)
+            assert e.value.loc.file == __file__
+            assert e.value.loc.line == _mm_with_cube_hint.__code__.co_firstlineno + 2
+        finally:
+            pypto.set_machine(saved)
 
 
 def test_dump_writes_every_stage(tmp_path):
