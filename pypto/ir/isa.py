@@ -16,7 +16,8 @@ on the NPU they map to a composition.
 Adding an instruction is one entry in ``ISA`` below (plus, for ``ext=True``, its C++ body in
 pypto/runtime/cpu/include/pypto/kernel_support.hpp), e.g.
     _add(InstrSpec("TLOG2", "t,t", "transcendental", sem.elementwise(torch.log2), dtypes="float", ext=True))
-The cpu-vs-sim test (tests/runtime/test_every_instruction.py) covers it from that entry alone.
+The cpu-vs-sim test (tests/runtime/test_every_instruction.py, kernels from pypto/testing/instructions.py)
+covers it from that entry alone.
 
 InstrSpec fields (all but the first four have defaults):
   name       the PTO-ISA name
