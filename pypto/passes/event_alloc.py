@@ -131,7 +131,20 @@ def _occurrences(stmts, chan_of, out, region):
             _occurrences(s.else_body, chan_of, out, region)
 
 
+def _first_loc(occ, colors):
+    """The source line of the first flag of a channel over the limit (the hand-over that needs one event
+    too many), or None (then the error names the caller's line)."""
+    for members in colors:
+        for ch in members:
+            for _, stmt, _ in occ[ch]:
+                if stmt.loc is not None:
+                    return stmt.loc
+    return None
+
+
 def allocate_events(block, chan_of: dict, machine) -> dict:
+    """Give every channel of ``chan_of`` (id(SetFlag/WaitFlag) -> Channel) an event id, write it into the
+    block's flags and return the number of ids used per pipe pair ("src->dst")."""
     occ = defaultdict(list)
     _occurrences(block.body, chan_of, occ, (block.body, False))
     channels = list(occ)                               # first appearance order
@@ -184,7 +197,7 @@ def allocate_events(block, chan_of: dict, machine) -> dict:
     for (src, dst), colors in per_pair.items():
         if len(colors) > limit:
             raise SyncError(f"{block.name}: automatic synchronisation needs {len(colors)} event ids for "
-                            f"{src} -> {dst}, the machine has {limit}", None,
+                            f"{src} -> {dst}, the machine has {limit}", _first_loc(occ, colors[limit:]),
                             hint="use fewer buffer slots handed between these pipes, or synchronise by hand "
                                  "(pl.system.sync_src / sync_dst)")
     for s in walk(block.body):

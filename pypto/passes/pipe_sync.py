@@ -1,7 +1,24 @@
-"""Automatic synchronisation of one core's pipes: buffers are mutexes passed between pipes.
+"""Pipe synchronisation of one core's Block IR (the one pass Tensor mode, the Tile level and Professional mode call).
 
-Every buffer *resource* (a tile slot; slots whose bytes overlap, or that share a mutex id, are one
-resource; each GM tensor is one resource) is owned by at most one pipe at a time. When an instruction
+Contract (``synchronize(block, machine, resources=...)``):
+  in:  a Block whose on-chip tiles have their addresses (planned, or the user's in Professional mode) and
+       whose body has no set_flag/wait_flag between pipes of its own core;
+  out: the same Block, with ``set_flag``/``wait_flag`` pairs inserted so that every hand-over of a buffer
+       between two pipes is ordered (RAW, WAR, WAW; accesses of one pipe are in order already), every set is
+       consumed by exactly one wait on every path whatever the trip counts, event ids are within the
+       machine's ``memory.event_ids`` per pipe pair and no event is set again while an earlier set of it is
+       live; optionally ``pipe_barrier(V)`` for the vector pipe's own hazards (``vector_barriers``).
+  errors: more event ids than the machine has is a ``pypto.errors.SyncError`` naming the user's line of an
+       instruction whose hand-over needs the extra event.
+
+Resources (``block_resources``, the rule every level uses): the bytes of on-chip tiles, split at every tile
+boundary into *atoms* (an instruction touches the atoms its tiles cover, so two instructions share a
+resource exactly when their tiles share bytes; the declarations of one buffer, or tiles that reuse dead
+bytes, meet there), tiles a front end ties together (Professional mode's mutex ids) and each GM tensor,
+a view of another GM tensor (``gm_alias``) being that tensor.
+
+The algorithm: buffers are mutexes passed between pipes.
+Every resource is owned by at most one pipe at a time. When an instruction
 on pipe p touches a resource owned by pipe q, ownership moves q -> p: a ``set_flag(q, p, ev)`` right
 after q's last access of it and a ``wait_flag(q, p, ev)`` right before the instruction. All the
 transfers an instruction needs from one pipe share one event. This orders every RAW, WAR and WAW
@@ -22,17 +39,84 @@ loop unchanged, so double-buffer tokens are not drained at every outer iteration
 are analysed from the same state and the branch that touched a resource decides the state after the
 ``if``; the other branch is converted at its end. Sets are never placed outside the branch or loop
 body that waits for them, so every set is consumed exactly once on every path (the simulator checks
-it). Event ids are then allocated per pipe pair (``event_alloc``) and checked against
-MachineSpec.memory.event_ids.
-
-Used by Professional mode (pypto_pro.language) and the Tile level (pypto.tile); each gives
-``PipeSync`` its own ``resources_of(instr)`` (which buffers an instruction touches).
+it). Event ids are then allocated per pipe pair (``event_alloc``: ids shared only when a happens-before
+chain proves two channels' lives never overlap).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ir.block import For, If, Instr, SetFlag, WaitFlag
+from ..ir.block import Block, For, GMRegion, If, Instr, SetFlag, WaitFlag
+from ..errors import SyncError
+from .event_alloc import allocate_events
+from .vector_barriers import insert_barriers
+
+
+def block_resources(block: Block, gm_alias: dict | None = None, tied: dict | None = None):
+    """The resource rule: ``instr -> [resource key, ...]`` for ``block``'s instructions.
+
+    On-chip tiles are split into byte atoms at every tile boundary of their memory space (a tile without an
+    address is a resource of its own); ``tied``: tile name -> a key shared by tiles that are one resource
+    whatever their bytes; ``gm_alias``: GM param -> the param it is a view of."""
+    by_space: dict = {}
+    for t in block.tiles:
+        if t.addr is not None:
+            by_space.setdefault(t.space, set()).update((t.addr, t.addr + t.nbytes))
+    cuts = {space: sorted(points) for space, points in by_space.items()}
+    tile_keys = {}
+    for t in block.tiles:
+        if t.addr is None:
+            keys = [("tile", t.name)]
+        else:
+            points = cuts[t.space]
+            lo = points.index(t.addr)
+            keys = [("tile", f"{t.space}@{a:#07x}") for a in points[lo:lo + 1]]
+            for a in points[lo + 1:]:
+                if a >= t.addr + t.nbytes:
+                    break
+                keys.append(("tile", f"{t.space}@{a:#07x}"))
+        if tied and t.name in tied:
+            keys.append(("tied", str(tied[t.name])))
+        tile_keys[t.name] = keys
+    alias = gm_alias or {}
+
+    def resources_of(ins: Instr) -> list:
+        out = []
+        for o in ins.operands:
+            keys = tile_keys[o] if isinstance(o, str) else \
+                [("gm", alias.get(o.param, o.param))] if isinstance(o, GMRegion) else ()
+            for r in keys:
+                if r not in out:
+                    out.append(r)
+        return out
+    return resources_of
+
+
+def synchronize(block: Block, machine, resources=None, *, copy_of: dict | None = None,
+                loop_src: dict | None = None, vector_barriers: bool = False) -> dict:
+    """Insert the pipe synchronisation of ``block`` in place (the contract is the module docstring).
+
+    ``resources``: ``instr -> resource keys`` (default ``block_resources(block)``); ``copy_of`` / ``loop_src``:
+    a front end's unrolled loop-body copies (see ``PipeSync``). Returns the event ids used per pipe pair."""
+    resources = resources or block_resources(block)
+    body = block.body
+    for defer_sets in (False, True):
+        ps = PipeSync(resources, block.name, copy_of, loop_src, defer_sets)
+        root = Seq(None)
+        ps.run(body, root)
+        ps.finish(root)
+        block.body = root.materialize()
+        try:
+            events = allocate_events(block, ps.chan_of, machine)
+            break
+        except SyncError:
+            # out of event ids: once more with fewer channels, waits later (the flags of the first try
+            # are gone with its statement lists: the pass builds new lists and keeps the instructions)
+            if defer_sets:
+                raise
+    if vector_barriers:
+        insert_barriers(block)
+    return events
 
 
 ENTRY = ("entry",)          # dry run of a loop body: the state the loop will be entered in (unknown yet)
@@ -82,8 +166,10 @@ class Point:
 
 
 class PipeSync:
-    def __init__(self, resources_of, block_name: str, copy_of: dict | None = None, loop_src: dict | None = None):
+    def __init__(self, resources_of, block_name: str, copy_of: dict | None = None, loop_src: dict | None = None,
+                 defer_sets: bool = False):
         self.resources_of = resources_of      # Instr -> set of resource keys
+        self.defer_sets = defer_sets          # coalesce transfers by moving a set later (saves event ids)
         self.block_name = block_name
         self.copy_of = copy_of or {}          # id(stmt) -> which unrolled copy of its loop body it is in
         # id(For) -> its source loop: the copies of one source loop (in an unrolled outer body) share
@@ -179,9 +265,10 @@ class PipeSync:
         the previous q->p transfer of this list covers them. Returns (channel, index of its wait)."""
         idx = self._set_index(seq, [self.last.get(r) for r in rs])
         prev = seq.open_xfer.get((q, p))
-        if prev is not None and idx < prev[3]:
-            # coalesce: the previous q->p transfer of this list is waited before here; moving its set
-            # after this transfer's source covers both
+        if prev is not None and (idx <= prev[2] or (self.defer_sets and idx < prev[3])):
+            # coalesce: the previous q->p transfer of this list is set after this transfer's source (or, with
+            # defer_sets, its set moves there: one event fewer, but p's instructions after the earlier wait
+            # then also wait for q's work in between, a matmul's A tile for the load of its B tile)
             ch, set_stmt, set_idx, wait_idx = prev
             self._hands(ch, rs)
             if idx > set_idx:

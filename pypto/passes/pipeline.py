@@ -25,7 +25,7 @@ from .index_checks import CHECK_KIND
 from .kernels import BlockGraph, lower_blocks
 from .manager import PassManager
 from .memory import plan_memory
-from .sync import insert_sync
+from .pipe_sync import synchronize
 from .rewrite import live_nodes
 from .tiling import build_tile_graph
 
@@ -48,7 +48,7 @@ def _memory(bg: BlockGraph, spec) -> BlockGraph:
 def _sync(bg: BlockGraph, spec) -> BlockGraph:
     for k in bg.graph.kernels.values():
         for b in k.blocks:
-            insert_sync(b, spec)
+            synchronize(b, spec, vector_barriers=True)
     return bg
 
 

@@ -1,7 +1,7 @@
 """Compiling a traced tile program: clean-ups, placement, Block IR per core type (with unrolling and
 software pipelining), on-chip memory planning, pipe synchronisation and cross-core flags — the same
-Block IR the Tensor level uses; liveness comes from pypto.passes.memory, pipe sync from Professional
-mode's ownership pass (sync.py says why), the verifier is pypto.ir.block_verify.
+Block IR the Tensor level uses; liveness comes from pypto.passes.memory, pipe sync is the shared pass
+pypto.passes.pipe_sync, the verifier is pypto.ir.block_verify.
 
     traced KernelProgram --prepare--> --place--> Placement --emit--> Blocks --plan_memory--> addresses
         --synchronize--> set/wait flags --insert_cross_core--> Kernel (AIV, AIC or AIC + AIV cluster)
@@ -12,13 +12,13 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import CompileError
+from ..errors import CompileError, SyncError
 from ..ir.block import Kernel
 from ..ir.block_verify import verify_kernel
+from ..passes.pipe_sync import block_resources, synchronize
 from ..sanitize import path_component
 from . import skew
 from .memory import plan as plan_tiles
-from .sync import synchronize
 from .tile_graph import to_tile_graph
 from .emit import SideEmitter
 from .handoff import insert_cross_core
@@ -121,12 +121,11 @@ def _build(program, pl, machine, sides, stages, unroll, max_pool=4):
         block = em.build(program.name)
         used = plan_tiles(block, machine, _tile_locs(em, program), max_pool)
         peaks.update({f"{s}.{sp}": n for sp, n in used.items()})
+        gm_alias = {v: b for b, _, _, v, _, _, _ in em.scratch}      # pt.reshape scratch: views of one tensor
         try:
-            synchronize(block, machine, {v: b for b, _, _, v, _, _, _ in em.scratch})
-        except CompileError as e:
-            if "event" in str(e):
-                raise _TooManyEvents() from e
-            raise
+            synchronize(block, machine, block_resources(block, gm_alias))
+        except SyncError as e:
+            raise _TooManyEvents() from e
         insert_cross_core(block, pl.channel_list(), s, slots)
         blocks.append(block)
         scratch.extend(em.scratch)
