@@ -14,6 +14,7 @@ from pypto import dtypes
 from pypto.ir.block import GMRegion, instr
 from pypto.ir.isa import CMP_MODES
 
+from .cross_core import handoff_attrs
 from .dsl import dsl
 from .parser import is_runtime, norm
 from .tails import clip
@@ -459,10 +460,6 @@ def _box_valid(call, tile: TileValue, src: TensorValue, rel: list, trans: bool):
     return (c, r) if trans else (r, c)
 
 
-def _ws_attrs(t: TensorValue) -> dict | None:
-    return {"_ws": (t.slot, t.use)} if t.slot is not None else None
-
-
 def _load(call, dst: TileValue, src: TensorValue, rel: list, valid, trans: bool):
     _space(call, dst, (MemorySpace.Vec, MemorySpace.Mat), 0)
     if dst.dtype != src.dtype:
@@ -471,7 +468,7 @@ def _load(call, dst: TileValue, src: TensorValue, rel: list, valid, trans: bool)
     clipped = valid is None and dst.valid is None
     if valid is None:
         valid = dst.valid if dst.valid is not None else _box_valid(call, dst, src, rel, trans)
-    attrs = dict(_ws_attrs(src) or {})
+    attrs = dict(handoff_attrs(src) or {})
     if trans:
         attrs["trans"] = True
     region = GMRegion(src.param, src.offsets(rel), clipped=clipped)
@@ -495,7 +492,7 @@ def _store(call, dst: TensorValue, src: TileValue, rel: list, valid):
     sec = p.require_section(call.frame, call.node, call.name)
     name = sec.decl(src.with_valid(tuple(valid)))
     try:
-        ins = instr("TSTORE", [region, name], sec.tiles, _ws_attrs(dst), call.span.loc)
+        ins = instr("TSTORE", [region, name], sec.tiles, handoff_attrs(dst), call.span.loc)
     except ValueError as e:
         raise call.error(f"{call.name}: {e}") from None
     sec.emit(ins)
