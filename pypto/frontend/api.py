@@ -10,7 +10,8 @@ import torch
 
 from .. import dtypes, symbolic as sym
 from ..errors import PyptoError, ShapeError, TypeMismatchError, user_location
-from ..ops.registry import get_op
+from ..ops import load_all
+from ..ops.registry import OpDef, get_op, ops_of_form
 from . import context as ctx
 from .hints import stamp as _stamp_hints
 from .tensor import Alias, Tensor
@@ -99,30 +100,32 @@ def _unary(op: str, x) -> Tensor:
 
 
 # ------------------------------------------------------------------ elementwise
-def _make_unary(name):
+def _make_unary(op: OpDef):
+    name = op.name
+
     def fn(x):
         return _unary(name, x)
-    fn.__name__ = name
-    fn.__doc__ = f"Elementwise {name}, as torch.{name}."
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = op.doc
     return fn
 
 
-def _make_binary(name):
+def _make_binary(op: OpDef):
+    name = op.name
+
     def fn(input, other):
         return _binary(name, input, other)
-    fn.__name__ = name
-    fn.__doc__ = f"Elementwise {name} with broadcasting and Python-scalar operands, as torch.{name}."
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = op.doc
     return fn
 
 
-UNARY_NAMES = ["abs", "neg", "exp", "exp2", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "sigmoid", "silu",
-               "relu", "softplus", "tanh", "sin", "cos", "floor", "ceil", "round", "sign", "logical_not", "isfinite"]
-BINARY_NAMES = ["add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder",
-                "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"]
-for _n in UNARY_NAMES:
-    globals()[_n] = _make_unary(_n)
-for _n in BINARY_NAMES:
-    globals()[_n] = _make_binary(_n)
+# one function per registered op that has a form (pypto/ops/registry.py FORMS): pypto.exp, pypto.add...
+load_all()
+for _op in ops_of_form("unary"):
+    globals()[_op.name] = _make_unary(_op)
+for _op in ops_of_form("binary") + ops_of_form("comparison"):
+    globals()[_op.name] = _make_binary(_op)
 
 
 def gelu(x, approximate: str = "none") -> Tensor:

@@ -14,7 +14,8 @@ import torch
 
 from .. import dtypes, symbolic
 from ..errors import NoSuchMethodError, PyptoError, TypeMismatchError, UnsupportedOpError
-from ..ops.registry import numel
+from ..ops import load_all
+from ..ops.registry import REGISTRY, numel
 from . import context as ctx
 
 
@@ -191,17 +192,11 @@ _OPERATORS = {
 for _op, (_fn, _swap) in _OPERATORS.items():
     setattr(Tensor, _op, _binop(_fn, _swap))
 
-# methods that mirror torch.Tensor methods of the same name (torch name -> pypto function)
+# methods that mirror torch.Tensor methods (torch name -> pypto function); every elementwise op with a
+# form in the registry (exp, add, eq...) is also a method of its own name, added below
 METHODS = {
-    "abs": "abs", "neg": "neg", "exp": "exp", "exp2": "exp2", "log": "log", "log1p": "log1p", "sqrt": "sqrt",
-    "rsqrt": "rsqrt", "reciprocal": "reciprocal", "sigmoid": "sigmoid", "relu": "relu", "tanh": "tanh",
-    "sin": "sin", "cos": "cos", "floor": "floor", "ceil": "ceil", "round": "round", "sign": "sign",
-    "logical_not": "logical_not", "isfinite": "isfinite", "pow": "pow", "clip": "clip", "clamp": "clip",
-    "add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "maximum", "minimum": "minimum",
-    "eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
-    "logical_and": "logical_and", "logical_or": "logical_or",
-    "to": "cast", "cast": "cast", "view": "reshape", "reshape": "reshape",
-    "remainder": "remainder", "gelu": "gelu", "silu": "silu", "softplus": "softplus", "where": "where",
+    "clip": "clip", "clamp": "clip", "to": "cast", "cast": "cast", "view": "reshape", "reshape": "reshape",
+    "gelu": "gelu", "where": "where",
     # reductions and scans
     "sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin", "prod": "prod", "var": "var",
     "argmax": "argmax", "argmin": "argmin", "max": "max", "min": "min", "cumsum": "cumsum",
@@ -213,6 +208,8 @@ METHODS = {
     "split": "split", "chunk": "chunk", "tril": "tril", "triu": "triu", "gather": "gather",
     "index_select": "index_select", "masked_fill": "masked_fill",
 }
+load_all()
+METHODS |= {op.name: op.name for op in REGISTRY.values() if op.form is not None}
 for _name, _fn in METHODS.items():
     setattr(Tensor, _name, _method(_fn))
 

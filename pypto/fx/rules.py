@@ -16,6 +16,8 @@ import torch
 from .. import dtypes, symbolic as sym
 from ..frontend import api
 from ..frontend.tensor import Tensor
+from ..ops import load_all
+from ..ops.registry import REGISTRY
 from .meta import ConversionError, is_f64_scalar, size_expr
 
 aten = torch.ops.aten
@@ -89,8 +91,20 @@ def _numbers_only(*names):
 
 
 # ---------------------------------------------------------------- elementwise
-def _unary(name):
-    return Rule(lambda cx, input: fn(name)(input), needs=(name,))
+def _at_defaults(defaults: dict):
+    """accepts: every argument beyond the operands is at its schema default (softplus's beta=1,
+    threshold=20 are what pypto.softplus computes)."""
+    def accepts(a):
+        for k, v in defaults.items():
+            if a.get(k) != v:
+                return f"'{k}'={a.get(k)!r} (pypto computes {k}={v!r} only)"
+        return None
+    return accepts
+
+
+def _unary(name, defaults=None):
+    return Rule(lambda cx, input, **_: fn(name)(input), needs=(name,),
+                accepts=_at_defaults(defaults) if defaults else None)
 
 
 def _arith(name):
@@ -373,13 +387,40 @@ def _layer_norm(cx, input, normalized_shape, weight=None, bias=None, eps=1e-5):
     return Lazy([out, mean, rstd])
 
 
+# ---------------------------------------------------------------- one-to-one ops, from the op registry
+_OPERANDS = {"unary": 1, "binary": 2, "comparison": 2}
+
+
+def one_to_one_overloads(op) -> list:
+    """(overload, defaults of its further arguments) for each ATen overload computing registry op
+    ``op`` itself: aten.<name>.<overload> taking a tensor 'self' (and 'other'/'exponent'), returning one
+    tensor, every further argument optional (not out= variants, not in-place ones)."""
+    packet = getattr(aten, op.name, None)
+    if packet is None:
+        return []
+    n = _OPERANDS[op.form]
+    found = []
+    for name in packet.overloads():
+        overload = getattr(packet, name)
+        schema = overload._schema
+        args = schema.arguments
+        if schema.is_mutable or len(schema.returns) != 1 or str(schema.returns[0].type) != "Tensor":
+            continue
+        if len(args) < n or args[0].name != "self" or not all(a.has_default_value() for a in args[n:]):
+            continue
+        found.append((overload, {a.name: a.default_value for a in args[n:]}))
+    return found
+
+
+def _one_to_one(op, defaults: dict) -> Rule:
+    if op.form == "unary":
+        return _unary(op.name, defaults)
+    if op.form == "comparison":
+        return _compare(op.name)
+    return _arith(op.name)      # add/sub's alpha is the one further argument (see _arith)
+
+
 # ---------------------------------------------------------------- the table
-UNARY = ["abs", "neg", "exp", "exp2", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "sigmoid", "tanh",
-         "sin", "cos", "floor", "ceil", "sign", "relu", "logical_not", "silu"]
-ARITH = {"add": ("Tensor", "Scalar"), "sub": ("Tensor", "Scalar"), "mul": ("Tensor", "Scalar"),
-         "div": ("Tensor", "Scalar"), "pow": ("Tensor_Scalar", "Tensor_Tensor", "Scalar"),
-         "maximum": ("default",), "minimum": ("default",), "remainder": ("Tensor", "Scalar")}
-COMPARE = ["eq", "ne", "lt", "le", "gt", "ge"]
 REDUCE = {"sum": ("dim_IntList", "default"), "mean": ("dim", "default"), "amax": ("default",),
           "amin": ("default",), "prod": ("dim_int", "default")}
 VIEW_AS_RESHAPE = [aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
@@ -387,18 +428,11 @@ VIEW_AS_RESHAPE = [aten.view.default, aten._unsafe_view.default, aten.reshape.de
 CPU_ONLY = _on_cpu_strided
 
 RULES: dict = {}
-for _n in UNARY:
-    if hasattr(aten, _n):
-        RULES[getattr(aten, _n).default] = _unary(_n)
-RULES[aten.round.default] = _unary("round")
-for _n, _overloads in ARITH.items():
-    for _o in _overloads:
-        RULES[getattr(getattr(aten, _n), _o)] = _arith(_n)
-for _n in COMPARE:
-    for _o in ("Tensor", "Scalar"):
-        RULES[getattr(getattr(aten, _n), _o)] = _compare(_n)
-for _n in ("logical_and", "logical_or"):
-    RULES[getattr(aten, _n).default] = _compare(_n)
+load_all()
+for _op in REGISTRY.values():
+    if _op.form is not None:
+        for _overload, _defaults in one_to_one_overloads(_op):
+            RULES[_overload] = _one_to_one(_op, _defaults)
 RULES[aten.bitwise_not.default] = _bool_only("logical_not")
 RULES[aten.bitwise_and.Tensor] = _bool_only("logical_and")
 RULES[aten.bitwise_or.Tensor] = _bool_only("logical_or")

@@ -5,6 +5,8 @@ these ops as 0-d ``scalar`` nodes, so broadcasting covers them.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as TF
 
@@ -39,7 +41,8 @@ UNARY = {
     "sin": (torch.sin, _float_result, 6), "cos": (torch.cos, _float_result, 6),
     "floor": (torch.floor, _same, 1), "ceil": (torch.ceil, _same, 1), "round": (torch.round, _same, 1),
     "sign": (torch.sign, _same, 1), "logical_not": (torch.logical_not, _bool, 1),
-    "isfinite": (torch.isfinite, _bool, 1),
+    "isfinite": (torch.isfinite, _bool, 1), "erf": (torch.erf, _float_result, 8),
+    "log2": (torch.log2, _float_result, 5),
 }
 
 BINARY = {
@@ -86,19 +89,32 @@ def _div_dtype(dt):
     return _float_result(dt)
 
 
-# op -> PTO instruction computing it on a tile (ops absent here are decomposed by the lowering)
+# op -> the PTO instruction the vector lowering emits for it (tile-tile form; passes/vector_rules.py
+# picks the tile-scalar and broadcast forms). Ops absent here are a short instruction sequence written
+# in passes/vector_rules.py (silu, softplus, gelu, exp2, logical_not, clip, where, cast) or a
+# decomposition (log2).
 PTO = {"abs": "TABS", "neg": "TNEG", "exp": "TEXP", "log": "TLOG", "sqrt": "TSQRT", "rsqrt": "TRSQRT",
        "reciprocal": "TRECIP", "relu": "TRELU", "sigmoid": "TSIGMOID", "tanh": "TTANH", "sin": "TSIN",
        "cos": "TCOS", "floor": "TFLOOR", "ceil": "TCEIL", "round": "TROUND", "sign": "TSIGN",
-       "logical_not": "TNOT", "isfinite": "TISFINITE", "log1p": "TLOG1P",
+       "isfinite": "TISFINITE", "log1p": "TLOG1P", "erf": "TERF",
        "add": "TADD", "sub": "TSUB", "mul": "TMUL", "div": "TDIV", "pow": "TPOW", "maximum": "TMAX",
        "minimum": "TMIN", "remainder": "TREM", "logical_and": "TAND", "logical_or": "TOR",
-       "eq": "TCMP", "ne": "TCMP", "lt": "TCMP", "le": "TCMP", "gt": "TCMP", "ge": "TCMP",
-       "where": "TSEL", "cast": "TCVT"}
+       "eq": "TCMP", "ne": "TCMP", "lt": "TCMP", "le": "TCMP", "gt": "TCMP", "ge": "TCMP"}
+
+
+def _log2_decompose(P, ins, attrs):
+    # log(x) / ln 2 in fp32, rounded once to the result dtype (as torch.log2 computes half types)
+    x = ins[0]
+    out = _float_result(x.dtype)
+    return P.cast(P.mul(P.log(P.cast(x, dtypes.float32)), 1.0 / math.log(2.0)), out)
+
+
+_DECOMPOSE = {"log2": _log2_decompose}
 
 for _name, (_fn, _rule, _flops) in UNARY.items():
     register(OpDef(_name, "elementwise", _unary_infer(_rule), _unary_ref(_fn, _rule), flops=_flops, num_inputs=1,
-                   pto=PTO.get(_name)))
+                   form="unary", pto=PTO.get(_name), decompose=_DECOMPOSE.get(_name),
+                   doc=f"Elementwise {_name}, as torch.{_name}."))
 register(OpDef("gelu", "elementwise", _unary_infer(_float_result), _gelu_ref, flops=12, num_inputs=1,
                doc="attrs: approximate in {'none', 'tanh'} as torch"))
 
@@ -116,10 +132,13 @@ def _bin_ref(fn, out_rule):
 for _name, (_fn, _flops) in BINARY.items():
     _rule = _div_dtype if _name == "div" else _same
     register(OpDef(_name, "elementwise", _binary_infer(_rule), _bin_ref(_fn, _rule), flops=_flops, num_inputs=2,
-                   pto=PTO.get(_name)))
+                   form="binary", pto=PTO[_name],
+                   doc=f"Elementwise {_name} with broadcasting and Python-scalar operands, as torch.{_name}."))
 for _name, _fn in (COMPARE | LOGICAL).items():
     register(OpDef(_name, "elementwise", _binary_infer(_bool), _bin_ref(_fn, _same), flops=1, num_inputs=2,
-                   pto=PTO.get(_name)))
+                   form="comparison", pto=PTO[_name],
+                   doc=f"Elementwise {_name} with broadcasting and Python-scalar operands (a bool result), "
+                       f"as torch.{_name}."))
 
 
 def _where_infer(ins, attrs):
@@ -136,7 +155,7 @@ def _where_ref(ins, attrs):
     return torch.where(cond, a.to(dt), b.to(dt))
 
 
-register(OpDef("where", "elementwise", _where_infer, _where_ref, num_inputs=3, pto="TSEL"))
+register(OpDef("where", "elementwise", _where_infer, _where_ref, num_inputs=3))
 
 
 def _clip_infer(ins, attrs):
@@ -159,7 +178,7 @@ def _cast_ref(ins, attrs):
     return ins[0].to(attrs["dtype"].torch_dtype)
 
 
-register(OpDef("cast", "elementwise", _cast_infer, _cast_ref, num_inputs=1, doc="attrs: dtype", pto="TCVT"))
+register(OpDef("cast", "elementwise", _cast_infer, _cast_ref, num_inputs=1, doc="attrs: dtype"))
 
 
 def _scalar_infer(ins, attrs):

@@ -90,8 +90,8 @@ def _matmul_flops(ins, attrs, out):
     return 2 * numel(out.shape) * k
 
 
-register(OpDef("matmul", "matmul", _matmul_infer, _matmul_ref, unit="cube", flops=2, num_inputs=2, pto="TMATMUL",
-               flops_fn=_matmul_flops, extra={"pto_acc": "TMATMUL_ACC"},
+register(OpDef("matmul", "matmul", _matmul_infer, _matmul_ref, unit="cube", flops=2, num_inputs=2,
+               flops_fn=_matmul_flops,
                doc="attrs: a_trans, b_trans, out_dtype (None: the input dtype; int8 -> int32)"))
 
 
@@ -127,8 +127,7 @@ def _linear_ref(ins, attrs):
     return y
 
 
-def _linear_decompose(ins, attrs):
-    from ..frontend import api as P
+def _linear_decompose(P, ins, attrs):
     y = P.matmul(ins[0], ins[1], b_trans=True)
     return P.add(y, ins[2]) if len(ins) == 3 else y
 

@@ -57,16 +57,14 @@ def _softmax_ref(fn):
     return ref
 
 
-def _softmax_decompose(ins, attrs):
-    from ..frontend import api as P
+def _softmax_decompose(P, ins, attrs):
     x, dim = ins[0], attrs["dim"]
     xf = _fp32_in(P, x)
     e = P.exp(P.sub(xf, P.amax(xf, dim, keepdim=True)))
     return P.cast(P.div(e, P.sum(e, dim, keepdim=True)), attrs.get("dtype") or x.dtype)
 
 
-def _log_softmax_decompose(ins, attrs):
-    from ..frontend import api as P
+def _log_softmax_decompose(P, ins, attrs):
     x, dim = ins[0], attrs["dim"]
     xf = _fp32_in(P, x)
     shifted = P.sub(xf, P.amax(xf, dim, keepdim=True))
@@ -98,8 +96,7 @@ def _rms_norm_ref(ins, attrs):
     return y.to(ins[0].dtype)
 
 
-def _rms_norm_decompose(ins, attrs):
-    from ..frontend import api as P
+def _rms_norm_decompose(P, ins, attrs):
     x = ins[0]
     xf = _fp32_in(P, x)
     y = P.mul(xf, P.rsqrt(P.add(P.mean(P.mul(xf, xf), -1, keepdim=True), attrs["eps"])))
@@ -143,8 +140,7 @@ def _layer_norm_ref(ins, attrs):
     return y.to(x.dtype)
 
 
-def _layer_norm_decompose(ins, attrs):
-    from ..frontend import api as P
+def _layer_norm_decompose(P, ins, attrs):
     x = ins[0]
     w, b = _split_params(ins, attrs)
     dims = tuple(range(x.ndim - attrs["ndim"], x.ndim))
@@ -176,8 +172,7 @@ def _l2norm_ref(ins, attrs):
     return (x * torch.rsqrt((x * x).sum(attrs["dim"], keepdim=True) + attrs["eps"])).to(ins[0].dtype)
 
 
-def _l2norm_decompose(ins, attrs):
-    from ..frontend import api as P
+def _l2norm_decompose(P, ins, attrs):
     x = ins[0]
     xf = _fp32_in(P, x)
     ss = P.sum(P.mul(xf, xf), attrs["dim"], keepdim=True)

@@ -3,8 +3,8 @@ composites mean and var. ``attrs["dims"]`` holds sorted non-negative dims (the f
 them), ``attrs["keepdim"]`` keeps reduced dims as size 1.
 
 fp16/bf16 inputs accumulate in fp32 and round once to the result dtype, as the hardware's row/col
-reduction instructions do. A reduction over the last dim maps to a TROW* instruction, over any other
-dim to a TCOL* one (``pto`` / ``extra["pto_col"]``).
+reduction instructions do. The vector lowering (passes/vector_rules.py REDUCE) maps a reduction over the
+tile's columns to a TROW* instruction and over its rows to a TCOL* one.
 """
 from __future__ import annotations
 
@@ -90,14 +90,14 @@ def _var(x, dims, keepdim, attrs):
     return torch.var(x.float(), dim=dims, correction=attrs["correction"], keepdim=keepdim)
 
 
-# name: (reference, result dtype rule, flops per input element, row PTO instruction, column PTO instruction)
+# name: (reference, result dtype rule, flops per input element)
 REDUCTIONS = {
-    "sum": (_sum, _widen_int, 1, "TROWSUM", "TCOLSUM"),
-    "prod": (_prod, _widen_int, 1, "TROWPROD", "TCOLPROD"),
-    "amax": (_amax, _same, 1, "TROWMAX", "TCOLMAX"),
-    "amin": (_amin, _same, 1, "TROWMIN", "TCOLMIN"),
-    "mean": (_mean, _floating("mean"), 1, None, None),
-    "var": (_var, _floating("var"), 4, None, None),
+    "sum": (_sum, _widen_int, 1),
+    "prod": (_prod, _widen_int, 1),
+    "amax": (_amax, _same, 1),
+    "amin": (_amin, _same, 1),
+    "mean": (_mean, _floating("mean"), 1),
+    "var": (_var, _floating("var"), 4),
 }
 
 
@@ -129,8 +129,7 @@ def reduced_count(shape, dims):
 
 
 # ------------------------------------------------------------------ composites
-def _mean_decompose(ins, attrs):
-    from ..frontend import api as P
+def _mean_decompose(P, ins, attrs):
     x = ins[0]
     out_dt = _floating("mean")(x._info, attrs)
     xf = P.cast(x, dtypes.float32)
@@ -138,8 +137,7 @@ def _mean_decompose(ins, attrs):
     return P.cast(P.div(s, reduced_count(x.shape, attrs["dims"])), out_dt)
 
 
-def _var_decompose(ins, attrs):
-    from ..frontend import api as P
+def _var_decompose(P, ins, attrs):
     x = ins[0]
     dims = attrs["dims"]
     out_dt = _floating("var")(x._info, attrs)
@@ -152,10 +150,9 @@ def _var_decompose(ins, attrs):
 
 _DECOMPOSE = {"mean": _mean_decompose, "var": _var_decompose}
 
-for _name, (_fn, _rule, _flops, _row, _col) in REDUCTIONS.items():
+for _name, (_fn, _rule, _flops) in REDUCTIONS.items():
     register(OpDef(_name, "reduce", _reduce_infer(_name, _rule), _reduce_ref(_fn, _rule), flops=_flops,
-                   num_inputs=1, pto=_row, decompose=_DECOMPOSE.get(_name), flops_fn=_input_flops(_flops),
-                   extra={"pto_col": _col} if _col else {},
+                   num_inputs=1, decompose=_DECOMPOSE.get(_name), flops_fn=_input_flops(_flops),
                    doc="attrs: dims (sorted, non-negative), keepdim" +
                        (", dtype (optional)" if _name in ("sum", "prod", "mean") else "") +
                        (", correction" if _name == "var" else "")))
@@ -180,13 +177,12 @@ def _arg_ref(fn):
     return ref
 
 
-def _argmin_decompose(ins, attrs):
-    from ..frontend import api as P
+def _argmin_decompose(P, ins, attrs):
     return P.argmax(P.neg(ins[0]), attrs.get("dim"), attrs.get("keepdim", False))
 
 
-register(OpDef("argmax", "reduce", _arg_infer("argmax"), _arg_ref(torch.argmax), num_inputs=1, pto="TROWARGMAX",
-               flops_fn=_input_flops(1), extra={"pto_col": "TCOLARGMAX"},
+register(OpDef("argmax", "reduce", _arg_infer("argmax"), _arg_ref(torch.argmax), num_inputs=1,
+               flops_fn=_input_flops(1),
                doc="attrs: dim (int, or None for the flattened tensor), keepdim; int64 indices as torch"))
 register(OpDef("argmin", "reduce", _arg_infer("argmin"), _arg_ref(torch.argmin), num_inputs=1,
                flops_fn=_input_flops(1), decompose=_argmin_decompose,

@@ -1,5 +1,6 @@
 """Scans: cumsum along one dim (fp16/bf16 accumulate in fp32; integers widen to int64, as torch).
-Over the last dim it is TROWCUMSUM, over any other dim TCOLCUMSUM."""
+The vector lowering (passes/vector_rules.py) scans a tile's columns with TROWCUMSUM and its rows with
+TCOLCUMSUM."""
 from __future__ import annotations
 
 import torch
@@ -28,5 +29,5 @@ def _cumsum_ref(ins, attrs):
     return torch.cumsum(accumulate_dtype(x), dim=attrs["dim"]).to(out_dt.torch_dtype)
 
 
-register(OpDef("cumsum", "scan", _cumsum_infer, _cumsum_ref, num_inputs=1, pto="TROWCUMSUM",
-               extra={"pto_col": "TCOLCUMSUM"}, doc="attrs: dim (non-negative), dtype (optional)"))
+register(OpDef("cumsum", "scan", _cumsum_infer, _cumsum_ref, num_inputs=1,
+               doc="attrs: dim (non-negative), dtype (optional)"))

@@ -36,7 +36,7 @@ def _transpose_infer(ins, attrs):
 
 register(OpDef("transpose", "shape", _transpose_infer,
                lambda ins, attrs: ins[0].transpose(attrs["dim0"], attrs["dim1"]), flops=0, num_inputs=1,
-               pto="TTRANS", doc="attrs: dim0, dim1. TTRANS when they are the last two dims"))
+               doc="attrs: dim0, dim1. TTRANS when they are the last two dims"))
 
 
 def _permute_infer(ins, attrs):
@@ -67,7 +67,7 @@ def _expand_infer(ins, attrs):
 
 
 register(OpDef("expand", "shape", _expand_infer, lambda ins, attrs: ins[0].expand(tuple(attrs["shape"])),
-               flops=0, num_inputs=1, extra={"pto_row": "TROWEXPAND", "pto_col": "TCOLEXPAND"},
+               flops=0, num_inputs=1,
                doc="attrs: shape (the full target shape; size-1 dims broadcast)"))
 
 
@@ -108,10 +108,10 @@ def _triangle_infer(op):
     return infer
 
 
-for _name, _fn, _pto in (("tril", torch.tril, "TTRIL"), ("triu", torch.triu, "TTRIU")):
+for _name, _fn in (("tril", torch.tril), ("triu", torch.triu)):
     register(OpDef(_name, "shape", _triangle_infer(_name),
                    (lambda fn: lambda ins, attrs: fn(ins[0], attrs.get("diagonal", 0)))(_fn), num_inputs=1,
-                   pto=_pto, doc="attrs: diagonal. Lowered as a TTRIL/TTRIU mask and a select"))
+                   doc="attrs: diagonal. Lowered as a TTRIL/TTRIU mask and a select"))
 
 
 def arange_size(start, end, step):
@@ -135,7 +135,7 @@ def _arange_ref(ins, attrs):
     return torch.arange(attrs["start"], attrs["end"], attrs["step"], dtype=attrs["dtype"].torch_dtype)
 
 
-register(OpDef("arange", "shape", _arange_infer, _arange_ref, num_inputs=0, pto="TARANGE",
+register(OpDef("arange", "shape", _arange_infer, _arange_ref, num_inputs=0,
                doc="attrs: start, end, step (numbers or sizes), dtype; length ceil((end - start) / step)"))
 
 
@@ -180,7 +180,7 @@ def _fillpad_ref(ins, attrs):
     return out
 
 
-register(OpDef("fillpad", "shape", _fillpad_infer, _fillpad_ref, flops=0, num_inputs=1, pto="TEXPANDS",
+register(OpDef("fillpad", "shape", _fillpad_infer, _fillpad_ref, flops=0, num_inputs=1,
                doc="attrs: shape (the full tile shape), value. The input (a valid region) at the origin, the rest "
                    "filled with value (CANN pypto.fillpad)"))
 

@@ -1,7 +1,16 @@
-"""Decompose composite ops (OpDef.decompose: softmax, rms_norm, linear, mean, var...) into primitive
-ops, repeatedly until none is left (a composite may use another)."""
+"""Decompose composite ops into primitive ops.
+
+IR in: a TensorGraph that may hold composite ops (those whose registry entry has ``decompose``:
+softmax, rms_norm, linear, mean, var, log2...). IR out: an equivalent TensorGraph without any, loop
+bodies included; a composite may use another, so the rewrite repeats until none is left (at most
+MAX_ROUNDS times). Each composite's meaning stays in its registry entry, written against the
+frontend functions that this pass passes in (``decompose(P, inputs, attrs)``): pypto/ops sits below
+the frontend and does not import it.
+"""
 from __future__ import annotations
 
+from ..errors import CompileError
+from ..frontend import api
 from ..ir.tensor_graph import TensorGraph
 from ..ops.registry import get_op
 from .rewrite import rebuild
@@ -23,7 +32,7 @@ def _rewrite(g, nid, ins):
     od = get_op(g.op(nid))
     if od.decompose is None:
         return None
-    return od.decompose(ins, dict(g.node(nid)["attrs"]))
+    return od.decompose(api, ins, dict(g.node(nid)["attrs"]))
 
 
 def decompose(g: TensorGraph) -> TensorGraph:
@@ -31,4 +40,7 @@ def decompose(g: TensorGraph) -> TensorGraph:
         if not has_composites(g):
             return g
         g = rebuild(g, _rewrite)
+    if has_composites(g):
+        raise CompileError(f"internal: composite ops are left after {MAX_ROUNDS} rounds of decomposition "
+                           "(a decomposition that uses itself?)")
     return g

@@ -1,5 +1,9 @@
 """How each vector op becomes tile instructions (the lowering table of the vector unit).
 
+An elementwise op whose registry entry names its instruction (OpDef.pto: exp -> TEXP, add -> TADD,
+lt -> TCMP) is lowered by the generic unary / binary rule from that entry alone; the other ops have
+a rule of their own here (SPECIAL_RULES).
+
 Operands reach a rule as ("tile", name) or ("scalar", value, dtype). Binary ops pick the PTO form
 from the operands' shapes: tile-tile (TADD), tile-scalar (TADDS / TRSUBS ...), a column or a row
 broadcast against a full tile (TROWEXPANDSUB / TCOLEXPANDMUL ...), otherwise the broadcast operand
@@ -14,17 +18,11 @@ import math
 
 from .. import dtypes
 from ..errors import CompileError
+from ..ops.registry import REGISTRY
 from .iterspace import op_class, reduce_dims
 
 F32 = dtypes.float32
 
-BINARY = {"add": "TADD", "sub": "TSUB", "mul": "TMUL", "div": "TDIV", "pow": "TPOW", "maximum": "TMAX",
-          "minimum": "TMIN", "remainder": "TREM", "logical_and": "TAND", "logical_or": "TOR"}
-COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
-UNARY = {"abs": "TABS", "neg": "TNEG", "exp": "TEXP", "log": "TLOG", "sqrt": "TSQRT", "rsqrt": "TRSQRT",
-         "reciprocal": "TRECIP", "relu": "TRELU", "sigmoid": "TSIGMOID", "tanh": "TTANH", "sin": "TSIN",
-         "cos": "TCOS", "floor": "TFLOOR", "ceil": "TCEIL", "round": "TROUND", "sign": "TSIGN",
-         "isfinite": "TISFINITE", "log1p": "TLOG1P"}
 EXPANDABLE = {"TADD": "ADD", "TSUB": "SUB", "TMUL": "MUL", "TDIV": "DIV", "TMAX": "MAX", "TMIN": "MIN"}
 COMMUTATIVE = {"TADD", "TMUL", "TMAX", "TMIN", "TAND", "TOR"}
 # tile-op-scalar, scalar-op-tile
@@ -135,25 +133,25 @@ def _result(b, n, tile):
 
 # ---------------------------------------------------------------- rules
 def _rule_binary(b, n):
-    op = b.g.op(n)
+    op = REGISTRY[b.g.op(n)]
     x, y = b.operand(n, 0), b.operand(n, 1)
     out = b.g.info(n).dtype
-    if op in ("logical_and", "logical_or"):
-        _result(b, n, binary(b, BINARY[op], x, y, dtypes.bool_, out))
-    elif op in BINARY:
-        _result(b, n, binary(b, BINARY[op], x, y, out, out))
-    else:
+    if op.pto == "TCMP":
         ins = [b.g.info(i).dtype for i in b.g.node(n)["inputs"]]
-        _result(b, n, binary(b, "TCMP", x, y, dtypes.promote(ins[0], ins[1]), out, {"cmp": op}))
+        _result(b, n, binary(b, "TCMP", x, y, dtypes.promote(ins[0], ins[1]), out, {"cmp": op.name}))
+    elif op.form == "comparison":       # logical_and / logical_or: on bools
+        _result(b, n, binary(b, op.pto, x, y, dtypes.bool_, out))
+    else:
+        _result(b, n, binary(b, op.pto, x, y, out, out))
 
 
 def _rule_unary(b, n):
-    op = b.g.op(n)
+    op = REGISTRY[b.g.op(n)]
     x = b.operand(n, 0)
     out = b.g.info(n).dtype
     src = _tile(b, x, out if out != dtypes.bool_ else b.g.info(b.g.node(n)["inputs"][0]).dtype)
     dst = b.like(src, out, "v")
-    b.emit(UNARY[op], [dst, src])
+    b.emit(op.pto, [dst, src])
     _result(b, n, dst)
 
 
@@ -395,22 +393,32 @@ def _reduce(b, n):
     _result(b, n, t)
 
 
-RULES = {op: _rule_binary for op in list(BINARY) + list(COMPARE)}
-RULES |= {op: _rule_unary for op in UNARY}
-RULES |= {"silu": _silu, "softplus": _softplus, "gelu": _gelu, "exp2": _exp2, "logical_not": _logical_not,
-          "cast": _cast, "clip": _clip, "where": _where, "full": _full, "arange": _arange,
-          "tril": _mask, "triu": _mask, "cumsum": _scan, "copy": _copy}
-RULES |= {op: _reduce for op in REDUCE}
+# ops that are not one instruction of their registry entry (OpDef.pto is None for each)
+SPECIAL_RULES = {"silu": _silu, "softplus": _softplus, "gelu": _gelu, "exp2": _exp2, "logical_not": _logical_not,
+                 "cast": _cast, "clip": _clip, "where": _where, "full": _full, "arange": _arange,
+                 "tril": _mask, "triu": _mask, "cumsum": _scan, "copy": _copy}
+SPECIAL_RULES |= {op: _reduce for op in REDUCE}
+_GENERIC_RULES = {"unary": _rule_unary, "binary": _rule_binary, "comparison": _rule_binary}
+
+
+def rule_of(op: str):
+    """The lowering rule of ``op``, or None when the vector unit has none."""
+    if op in SPECIAL_RULES:
+        return SPECIAL_RULES[op]
+    od = REGISTRY.get(op)
+    if od is not None and od.pto is not None and od.form in _GENERIC_RULES:
+        return _GENERIC_RULES[od.form]
+    return None
 
 
 def lower_node(b, n):
     op = b.g.op(n)
     if op_class(b.g, n) == "alias":
         return _alias(b, n)
-    rule = RULES.get(op)
+    rule = rule_of(op)
     if rule is None:
         raise CompileError(f"op '{op}' has no vector lowering yet", loc=b.g.node(n)["loc"])
     rule(b, n)
 
 
-__all__ = ["lower_node", "RULES", "reduce_dims"]
+__all__ = ["lower_node", "rule_of", "SPECIAL_RULES", "reduce_dims"]

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 import pypto
 from pypto.errors import DTypeError, PyptoError, ShapeError, TypeMismatchError
-from pypto.frontend.api import BINARY_NAMES, UNARY_NAMES
+from pypto.ops.registry import ops_of_form
 
 from .op_testing import T, Case, Inp, case_params, check_error, dynamic_params, run_case, run_dynamic
 
@@ -18,7 +18,9 @@ MASK = Inp((T, 24), "bool")
 INT = (torch.int32,)
 
 # ops whose input must be positive; torch spellings that live in torch.nn.functional
-DOMAIN = {"log", "log1p", "sqrt", "rsqrt"}
+DOMAIN = {"log", "log1p", "log2", "sqrt", "rsqrt"}
+UNARY_NAMES = [op.name for op in ops_of_form("unary")]
+BINARY_NAMES = [op.name for op in ops_of_form("binary") + ops_of_form("comparison")]
 TORCH_NAME = {"silu": F.silu, "softplus": F.softplus}
 UNARY_CASES = [
     Case(f"unary_{n}", (lambda n: lambda m, x: getattr(m, n)(x))(n), [POS if n in DOMAIN else X],

@@ -99,7 +99,7 @@ DECOMPOSED = [
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("op,attrs,inputs,ref", DECOMPOSED, ids=[f"{d[0]}{i}" for i, d in enumerate(DECOMPOSED)])
 def test_decomposition_matches_torch(op, attrs, inputs, ref, dtype):
-    f = run_case(Case(op, lambda m, *xs: REGISTRY[op].decompose(list(xs), attrs) if m is pypto else ref(*xs),
+    f = run_case(Case(op, lambda m, *xs: REGISTRY[op].decompose(m, list(xs), attrs) if m is pypto else ref(*xs),
                       inputs), dtype)
     graph = next(iter(f.cache.values())).graph
     used = {graph.op(n) for n in graph.nodes()}

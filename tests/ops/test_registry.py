@@ -1,9 +1,12 @@
 """The registry as a whole: every op is exercised by a case table, declares a known unit and (where it
-names one) a real PTO instruction, and every composite has a decomposition."""
+names one) a real PTO instruction that the vector lowering emits for it, and every composite has a
+decomposition."""
 import pytest
 import torch
 
+import pypto
 from pypto.ir.isa import ISA
+from pypto.passes.vector_rules import SPECIAL_RULES
 from pypto.ops import REGISTRY
 
 from . import test_elementwise, test_matmul, test_norm, test_reduce, test_shape
@@ -11,7 +14,8 @@ from .op_testing import compile_case, make_input, spec_of, traced_ops
 
 TABLES = (test_elementwise, test_reduce, test_matmul, test_shape, test_norm)
 UNITS = {"vector", "cube", "aicpu", "none"}
-COMPOSITES = {"mean", "var", "argmin", "linear", "softmax", "log_softmax", "rms_norm", "layer_norm", "l2norm"}
+COMPOSITES = {"mean", "var", "argmin", "linear", "softmax", "log_softmax", "rms_norm", "layer_norm", "l2norm",
+              "log2"}
 
 
 def _ops_of_all_cases() -> set:
@@ -35,7 +39,9 @@ def test_every_registered_op_is_exercised_by_a_case():
 def test_op_declaration(name):
     op = REGISTRY[name]
     assert op.unit in UNITS
-    for key in ("pto", "pto_col", "pto_row", "pto_acc"):
-        instr = op.pto if key == "pto" else op.extra.get(key)
-        assert instr is None or instr in ISA, f"{name}.{key} = {instr} is not a PTO instruction"
+    assert op.pto is None or op.pto in ISA, f"{name}.pto = {op.pto} is not a PTO instruction"
+    # pto names the instruction of the generic one-instruction rule; no op has both it and a rule of its own
+    assert op.pto is None or (op.form is not None and name not in SPECIAL_RULES), name
     assert (op.decompose is not None) == (name in COMPOSITES)
+    if op.form is not None:      # generated frontend function and Tensor method, with the registry's doc
+        assert getattr(pypto, name).__doc__ == op.doc and callable(getattr(pypto.Tensor, name))

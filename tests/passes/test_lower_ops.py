@@ -38,6 +38,7 @@ CASES = {
     "stack": (lambda x: pypto.stack([x, x * 2], 0), (X,)),
     "isfinite": (lambda x: (x / (x - x.round())).isfinite(), (X,)),
     "round_sign": (lambda x: (x * 3).round() + x.sign(), (X,)),
+    "erf_log2": (lambda x: pypto.erf(x) * pypto.log2(x.abs() + 0.1), (X,)),
     "pow": (lambda x, y: x.abs() ** 1.5 + 2 ** x + x.abs() ** y.abs(), (X, Y)),
     "logical": (lambda x, y: ~(x > 0) | (y > 0.2) & (x < 1), (X, Y)),
     "int_arith": (lambda x: (x + 3) * 2 - x, (XI,)),
