@@ -99,7 +99,7 @@ def _to_odd(x):
 # TCVT rounding (attrs["round"]) for float -> int; the names the codegen knows (CAST_RINT, ...)
 ROUND_MODES = {"rint": torch.round, "nearest": torch.round, "even": torch.round, "round": _half_away,
                "floor": torch.floor, "ceil": torch.ceil, "trunc": torch.trunc, "odd": _to_odd,
-               "none": torch.round}
+               "none": torch.trunc}      # none: a plain C cast, as pto-isa and the cpu backend do
 
 
 def _narrow(src32, dtype, mode):

@@ -25,7 +25,27 @@ def _kernels():
 
 
 KERNELS = _kernels()
-CASES = [(key, i) for key, (_, cases) in KERNELS.items() for i in range(len(cases))]
+
+
+def _known_difference(key, c) -> str | None:
+    """Why the cpu backend and the simulator disagree on a case, where they do by a known defect."""
+    if c.op != "TCVT":
+        return None
+    mode = c.attrs.get("round")
+    if key[1] == "float32" and c.dtype.name == "float16" and mode in ("floor", "ceil", "trunc"):
+        return "cpu TCVT narrows float -> half to nearest even whatever the mode (as pto-isa's CPU simulation); " \
+               "the simulator rounds as asked"
+    if c.dtype.name == "int32" and mode == "odd" and key[1] != "int32":
+        return "CAST_ODD float -> int: cpu rounds ties to even, the simulator rounds to odd (pto-isa: ties to odd)"
+    return None
+
+
+CASES = []
+for _key, (_, _cases) in KERNELS.items():
+    for _i, _c in enumerate(_cases):
+        _why = _known_difference(_key, _c)
+        CASES.append(pytest.param((_key, _i), marks=pytest.mark.xfail(strict=True, reason=_why)) if _why
+                     else (_key, _i))
 
 
 def _case_id(case):
@@ -59,7 +79,7 @@ def test_cpu_matches_the_simulator(case):
     if not c.dtype.torch_dtype.is_floating_point:
         assert torch.equal(got, want), f"{c.name} ({key[1]}): cpu {got} != sim {want}"
     else:
-        rtol, atol = ik.tolerance(c.dtype)
+        rtol, atol = ik.tolerance(c)
         torch.testing.assert_close(got.float(), want.float(), rtol=rtol, atol=atol, equal_nan=True,
                                    msg=lambda m: f"{c.name} ({key[1]}): {m}")
 
