@@ -24,7 +24,7 @@ from tqdm import tqdm                     # noqa: E402
 from pypto import dtypes                  # noqa: E402
 from pypto.ir.execution import Buffer, ExecutionGraph, Task   # noqa: E402
 from pypto.runtime import sim             # noqa: E402
-from pypto.runtime.sim import samples as S   # noqa: E402
+from pypto.testing import kernels as S     # noqa: E402
 
 F16, F32 = dtypes.float16, dtypes.float32
 

@@ -3,26 +3,22 @@ launchers, dumps and the errors a malformed program gets (no compiler needed her
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
 import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime" / "cpu"))
-import cpu_kernels as ck  # noqa: E402
-
-from pypto import dtypes  # noqa: E402
-from pypto.codegen import generate_module, kernel_source, write_kernel_sources  # noqa: E402
-from pypto.codegen.cexpr import ExprPrinter, float_literal  # noqa: E402
-from pypto.errors import CompileError  # noqa: E402
-from pypto.ir.block import (Block, CoreType, For, GMParam, GMRegion, Kernel, SetFlag, TileDecl,  # noqa: E402
+from pypto import dtypes
+from pypto.codegen import generate_module, kernel_source, write_kernel_sources
+from pypto.codegen.cexpr import ExprPrinter, float_literal
+from pypto.errors import CompileError
+from pypto.ir.block import (Block, CoreType, For, GMParam, GMRegion, Kernel, SetFlag, TileDecl,
                             WaitFlag)
-from pypto.ir.execution import Buffer, ExecutionGraph, Task  # noqa: E402
-from pypto.ir.isa import MemSpace, Pipe  # noqa: E402
-from pypto.symbolic import ceildiv, floordiv, index_symbol, smax, smin, symbol  # noqa: E402
+from pypto.ir.execution import Buffer, ExecutionGraph, Task
+from pypto.ir.isa import MemSpace, Pipe
+from pypto.symbolic import ceildiv, floordiv, index_symbol, smax, smin, symbol
+from pypto.testing import kernels as ck
 
 F32, F16 = dtypes.float32, dtypes.float16
 M, N = symbol("M"), symbol("N")

@@ -23,13 +23,11 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime" / "cpu"))
-import cpu_kernels as ck  # noqa: E402
-
-from pypto import dtypes  # noqa: E402
-from pypto.codegen import generate_module  # noqa: E402
-from pypto.runtime import cpu  # noqa: E402
-from pypto.runtime.cpu import compiler  # noqa: E402
+from pypto import dtypes
+from pypto.codegen import generate_module
+from pypto.runtime import cpu
+from pypto.runtime.cpu import compiler
+from pypto.testing import kernels as ck
 
 ROOT = os.environ.get("PTO_ISA_ROOT")
 pytestmark = pytest.mark.skipif(not ROOT or not (Path(ROOT) / "include" / "pto" / "pto-inst.hpp").exists(),
@@ -65,9 +63,9 @@ def build_against_pto_isa(kernel, shadow) -> Path:
 
 _CHILD = """
 import sys, torch
-sys.path[:0] = [{kernels_dir!r}, {repo!r}]
+sys.path[:0] = [{repo!r}]
 torch.set_num_threads(1)
-import cpu_kernels as ck
+from pypto.testing import kernels as ck
 from pypto import dtypes
 from pypto.codegen import generate_module
 from pypto.runtime import cpu
@@ -88,7 +86,7 @@ def run_both(expr, args, block_dim, shadow, tmp_path, scalars=None):
     library = build_against_pto_isa(kernel, shadow)
     inputs, outputs = tmp_path / "inputs.pt", tmp_path / "outputs.pt"
     torch.save(args, inputs)
-    code = _CHILD.format(kernels_dir=str(Path(ck.__file__).parent), repo=str(Path(__file__).resolve().parents[2]),
+    code = _CHILD.format(repo=str(Path(__file__).resolve().parents[2]),
                          expr=expr, library=str(library), inputs=str(inputs), outputs=str(outputs),
                          scalars=scalars or {}, block_dim=block_dim)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)

@@ -18,7 +18,7 @@ Modules, in the order a run uses them:
   timing.py      instruction costs from the MachineSpec (data)
   gm.py          shared HBM bandwidth calendar and the L2 model
   functional.py  operand regions and bounds; semantics.py: what each instruction computes
-  trace.py       Chrome-trace JSON;  samples.py: hand-built kernels for tests and benchmarks
+  trace.py       Chrome-trace JSON (hand-built kernels for tests and benchmarks: pypto/testing/kernels.py)
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from pypto.ir.block_count import block_count_free
 from pypto.runtime.cpu.core_count import cores_to_run
 from pypto.symbolic import index_symbol, smin
 
-import cpu_kernels as ck
+from pypto.testing import kernels as ck
 
 F32, UB, M = ck.F32, ck.UB, ck.M
 BF16 = dtypes.bfloat16

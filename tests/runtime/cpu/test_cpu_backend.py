@@ -9,13 +9,13 @@ import pytest
 import sympy
 import torch
 
-import cpu_kernels as ck
 from pypto import dtypes
 from pypto.errors import BackendUnavailableError, DTypeError, PyptoError, ShapeError, SimError
 from pypto.ir.execution import Buffer, ExecutionGraph, Loop, Region, Task
 from pypto.runtime import cpu
 from pypto.runtime.cpu import compiler, executor
 from pypto.symbolic import ceildiv, index_symbol, smin
+from pypto.testing import kernels as ck
 
 F32 = dtypes.float32
 

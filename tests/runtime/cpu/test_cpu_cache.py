@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 import torch
 
-import cpu_kernels as ck
 from pypto.codegen import generate_module
 from pypto.errors import BackendUnavailableError, CompileError
 from pypto.runtime import cpu
 from pypto.runtime.cpu import compiler
 from pypto.runtime.cpu.library import KernelLibrary
+from pypto.testing import kernels as ck
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -166,8 +166,8 @@ def test_an_intact_entry_is_loaded_without_a_build(entries, fresh):
 _BUILDER = textwrap.dedent("""
     import json, os, sys, time
     import torch
-    sys.path[:0] = [{here!r}, {root!r}]
-    import cpu_kernels as ck
+    sys.path[:0] = [{root!r}]
+    from pypto.testing import kernels as ck
     from pypto.runtime import cpu
     from pypto.runtime.cpu import compiler
     torch.set_num_threads(1)
@@ -184,7 +184,7 @@ _BUILDER = textwrap.dedent("""
 
 def test_three_processes_building_one_kernel_at_once(tmp_path):
     script = tmp_path / "builder.py"
-    script.write_text(_BUILDER.format(here=str(HERE), root=str(ROOT)))
+    script.write_text(_BUILDER.format(root=str(ROOT)))
     flag = str(tmp_path / "start")
     env = dict(os.environ, PYPTO_CACHE_DIR=str(tmp_path / "cache"), PYPTO_CPU_THREADS="1", OMP_NUM_THREADS="1")
     procs = [subprocess.Popen([sys.executable, str(script), str(i), flag], env=env, stdout=subprocess.PIPE,

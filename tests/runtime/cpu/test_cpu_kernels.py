@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-import cpu_kernels as ck
 from pypto import dtypes
 from pypto.runtime import cpu
+from pypto.testing import kernels as ck
 
 F32, F16, BF16, I32 = dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.int32
 FLOATS = [F32, F16, BF16]

@@ -10,10 +10,10 @@ import textwrap
 
 import pytest
 
-import cpu_kernels as ck
 from pypto import dtypes
 from pypto.codegen import generate_module
 from pypto.runtime.cpu import compiler
+from pypto.testing import kernels as ck
 
 TARGETS = ["x86-64", "x86-64-v3"]     # baseline SSE2 and AVX2 (this host: every other test)
 

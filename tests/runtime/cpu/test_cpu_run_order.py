@@ -17,9 +17,9 @@ import subprocess
 import pytest
 import torch
 
-import cpu_kernels as ck
 import pypto
 from pypto.runtime import cpu
+from pypto.testing import kernels as ck
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 

@@ -59,7 +59,7 @@ def _without(kernel, pred):
 
 def test_a_cross_core_flag_nobody_waits_for_names_the_set():
     from pypto.ir.block import CrossCoreWaitFlag
-    from pypto.runtime.sim import samples as S
+    from pypto.testing import kernels as S
     k = S.matmul_relu_kernel(64, 64, 64, 64, 64, 32)     # the cube's last wait for "ws is free" dropped
     bad = P.edit(k, {(0, max(i for n, i, s in P.sync_statements(k) if n == 0 and isinstance(s, CrossCoreWaitFlag))):
                      None})
@@ -75,7 +75,7 @@ def test_a_cross_core_flag_one_vector_sub_block_never_sets_names_the_other_set()
     import sympy
 
     from pypto.ir.block import SUBBLOCK_IDX, CrossCoreSetFlag, CrossCoreWaitFlag, If
-    from pypto.runtime.sim import samples as S
+    from pypto.testing import kernels as S
     k = S.matmul_relu_kernel(64, 64, 64, 64, 64, 32)
     k = _without(k, lambda b, s: isinstance(s, CrossCoreWaitFlag) and b.core == CoreType.AIC)
     (n, i, xset), = [(n, i, s) for n, i, s in P.sync_statements(k) if n == 1 and isinstance(s, CrossCoreSetFlag)]

@@ -11,7 +11,7 @@ from pypto.ir.block import (Block, CoreType, CrossCoreSetFlag, GMParam, GMRegion
                             WaitFlag, instr)
 from pypto.ir.isa import MemSpace, Pipe
 from pypto.runtime import sim
-from pypto.runtime.sim import samples as S
+from pypto.testing import kernels as S
 
 F32 = dtypes.float32
 V, MTE2, MTE3 = Pipe.V, Pipe.MTE2, Pipe.MTE3

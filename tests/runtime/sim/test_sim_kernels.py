@@ -9,7 +9,7 @@ from pypto import dtypes
 from pypto.errors import SimError
 from pypto.ir.execution import Buffer, ExecutionGraph, Loop, Region, Task
 from pypto.runtime import sim
-from pypto.runtime.sim import samples as S
+from pypto.testing import kernels as S
 
 F32, F16, BF16 = dtypes.float32, dtypes.float16, dtypes.bfloat16
 TOL = {F32: dict(rtol=1e-6, atol=1e-6), F16: dict(rtol=1e-3, atol=1e-3), BF16: dict(rtol=8e-3, atol=8e-3)}

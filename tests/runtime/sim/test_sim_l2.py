@@ -5,7 +5,7 @@ import dataclasses
 from pypto import dtypes
 from pypto.machine import get_machine
 from pypto.runtime import sim
-from pypto.runtime.sim import samples as S
+from pypto.testing import kernels as S
 from pypto.runtime.sim.gm import LINE, GlobalMemory
 
 F16 = dtypes.float16

@@ -9,7 +9,7 @@ from pypto.errors import PyptoError
 from pypto.ir.execution import Buffer, ExecutionGraph, Loop, Region, Task
 from pypto.machine import get_machine
 from pypto.runtime import sim
-from pypto.runtime.sim import samples as S
+from pypto.testing import kernels as S
 
 F32, F16 = dtypes.float32, dtypes.float16
 SPEC = get_machine()

@@ -5,7 +5,7 @@ import torch
 
 from pypto import dtypes
 from pypto.runtime import sim
-from pypto.runtime.sim.samples import single_op_kernel
+from pypto.testing.kernels import single_op_kernel
 
 F32, F16, BF16, I32, U8 = dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.int32, dtypes.uint8
 SHAPE = (16, 64)

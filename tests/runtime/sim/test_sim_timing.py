@@ -7,7 +7,7 @@ import torch
 from pypto import dtypes
 from pypto.machine import get_machine
 from pypto.runtime import sim
-from pypto.runtime.sim import samples as S
+from pypto.testing import kernels as S
 
 F16, F32 = dtypes.float16, dtypes.float32
 SPEC = get_machine()

@@ -6,7 +6,7 @@ import torch
 from pypto import dtypes
 from pypto.runtime import sim
 from pypto.runtime.report import Report, last_report
-from pypto.runtime.sim import samples as S
+from pypto.testing import kernels as S
 
 F16 = dtypes.float16
 
