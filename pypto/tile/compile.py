@@ -4,7 +4,7 @@ Block IR the Tensor level uses; liveness comes from pypto.passes.memory, pipe sy
 pypto.passes.pipe_sync, the verifier is pypto.ir.block_verify.
 
     traced KernelProgram --prepare--> --place--> Placement --emit--> Blocks --plan_memory--> addresses
-        --synchronize--> set/wait flags --insert_cross_core--> Kernel (AIV, AIC or AIC + AIV cluster)
+        --synchronize--> set/wait flags --insert_handoff_flags--> Kernel (AIV, AIC or AIC + AIV cluster)
 """
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ from pathlib import Path
 from ..errors import CompileError, SyncError
 from ..ir.block import Kernel
 from ..ir.block_verify import verify_kernel
+from ..passes.cross_core import insert_handoff_flags
 from ..passes.pipe_sync import block_resources, synchronize
 from ..sanitize import path_component
 from . import skew
 from .memory import plan as plan_tiles
 from .tile_graph import to_tile_graph
 from .emit import SideEmitter
-from .handoff import insert_cross_core
 from .ir import KernelProgram, Loop
 from .items import side_items
 from .placement import CUBE, VECTOR, Placement, place
@@ -126,9 +126,9 @@ def _build(program, pl, machine, sides, stages, unroll, max_pool=4):
             synchronize(block, machine, block_resources(block, gm_alias))
         except SyncError as e:
             raise _TooManyEvents() from e
-        insert_cross_core(block, pl.channel_list(), s, slots)
         blocks.append(block)
         scratch.extend(em.scratch)
+    insert_handoff_flags(blocks)
     return blocks, peaks, slots
 
 

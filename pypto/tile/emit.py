@@ -15,6 +15,8 @@ cluster kernel whose vector work is split by rows, each vector core holds half o
 """
 from __future__ import annotations
 
+import itertools
+
 import sympy
 
 from ..dtypes import DataType, float32, int32
@@ -22,6 +24,7 @@ from ..errors import CompileError
 from ..ir.block import (BLOCK_IDX, BLOCK_NUM, SUBBLOCK_IDX, Block, CoreType, For, GMParam, GMRegion, If,
                         TileDecl, instr, walk_instrs)
 from ..ir.isa import MemSpace
+from ..passes.cross_core import HANDOFF, HandoffAccess, HandoffBuffer
 from .exprs import smax, smin, subs as fast_subs
 from .ir import KernelProgram, Loop, Value
 from .items import Item, carry_side, side_items
@@ -69,7 +72,7 @@ class SideEmitter:
         self.tiles: dict = {}
         self.regions: dict = {}
         self.gm: dict = {}
-        self.anchors: dict = {}                    # id(marked instr) -> statement holding it
+        self._handoff_uses = itertools.count()
         self.reshapes: dict = {}                   # id(reshape op) -> scratch number
         self.scratch: list = []                    # (base, rows, cols, view, rows2, cols2, dtype) per reshape
         self.items = side_items(program.body, side, pl)
@@ -615,13 +618,14 @@ class SideEmitter:
         return out
 
     # ------------------------------------------------------------------ handoffs
-    def _marked(self, ins_list: list, ch, slot, role) -> list:
-        """Mark the accesses of one handoff: the first waits for the slot, the last signals it."""
-        n = len(ins_list)
-        for k, ins in enumerate(ins_list):
-            part = "all" if n == 1 else "first" if k == 0 else "last" if k == n - 1 else "mid"
-            ins.attrs["_xc"] = (ch.id, slot, role, part)
-            self.anchors[id(ins)] = ins
+    def _marked(self, ins_list: list, ch) -> list:
+        """Mark the accesses of one handoff as one use of the channel's workspace (passes/cross_core.py
+        brackets them: the first waits for the slot, the last signals it)."""
+        loc = ch.value.op.loc if ch.value.op is not None else None
+        buffer = HandoffBuffer(ch.id, f"workspace {ch.param}", self.slots.get(ch.id, 2), None, loc)
+        mark = HandoffAccess(buffer, next(self._handoff_uses))
+        for ins in ins_list:
+            ins.attrs[HANDOFF] = mark
         return ins_list
 
     def emit_send(self, it: Item, scope, subs) -> list:
@@ -630,14 +634,12 @@ class SideEmitter:
         if self.side == CUBE:
             sts = [self.ins("TSTORE", [self.ws_region(ch, v, scope, False, part), self.name_of(v, "l0c" + part, scope)],
                             {}, loc) for part in self.parts(v)]
-            return self._marked(sts, ch, scope.slot, "w")
+            return self._marked(sts, ch)
         src = self.name_of(v, "ub", scope)
         st = self.ins("TSTORE", [self.ws_region(ch, v, scope, True), src], {}, loc)
-        self._marked([st], ch, scope.slot, "w")
+        self._marked([st], ch)
         if self.split and v.shape[0] != self.split:
-            holder = If(sympy.Eq(SUBBLOCK_IDX, 0), [st])
-            self.anchors[id(st)] = holder
-            return [holder]
+            return [If(sympy.Eq(SUBBLOCK_IDX, 0), [st])]     # both sub-blocks still flag (a2a3 mode 2)
         return [st]
 
     def emit_recv(self, it: Item, scope, subs) -> list:
@@ -646,10 +648,10 @@ class SideEmitter:
         if self.side == CUBE:
             lds = [self.ins("TLOAD", [self.define(v, "l1" + part, scope, subs), self.ws_region(ch, v, scope, False, part)],
                             {}, loc) for part in self.parts(v)]
-            return self._marked(lds, ch, scope.slot, "r") + self.l0_copies(v, scope, subs, loc)
+            return self._marked(lds, ch) + self.l0_copies(v, scope, subs, loc)
         dst = self.define(v, "ub", scope, subs)
         ld = self.ins("TLOAD", [dst, self.ws_region(ch, v, scope, True)], {}, loc)
-        return self._marked([ld], ch, scope.slot, "r")
+        return self._marked([ld], ch)
 
 
 def _when(cond, stmts: list) -> list:

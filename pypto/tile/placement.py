@@ -8,7 +8,7 @@ cube and the vector cores.
 * every other op runs on the vector cores, on UB tiles. A load is issued on each side that reads it.
 * a tile produced on one side and read on the other is *handed over* through a GM workspace (a2a3 has no
   direct L0C -> UB or UB -> L1 path): the producer stores it into a slot, the consumer loads it; the
-  slots are double buffered and guarded by cross-core flags (handoff.py).
+  slots are double buffered and guarded by cross-core flags (passes/cross_core.py).
 
 A kernel whose ops all run on one side is a vector (AIV) or cube (AIC) kernel; a mixed one is a cluster
 kernel (1 AIC + 2 AIV). In a cluster the vector work is split by rows between the two vector cores when
