@@ -196,7 +196,7 @@ for _op, (_fn, _swap) in _OPERATORS.items():
 # form in the registry (exp, add, eq...) is also a method of its own name, added below
 METHODS = {
     "clip": "clip", "clamp": "clip", "to": "cast", "cast": "cast", "view": "reshape", "reshape": "reshape",
-    "gelu": "gelu", "where": "where",
+    "gelu": "gelu",
     # reductions and scans
     "sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin", "prod": "prod", "var": "var",
     "argmax": "argmax", "argmin": "argmin", "max": "max", "min": "min", "cumsum": "cumsum",
@@ -213,6 +213,7 @@ METHODS |= {op.name: op.name for op in REGISTRY.values() if op.form is not None}
 for _name, _fn in METHODS.items():
     setattr(Tensor, _name, _method(_fn))
 
+Tensor.where = lambda self, condition, other: _method("where")(condition, self, other)   # as torch's
 Tensor.__neg__ = _method("neg")
 Tensor.__abs__ = _method("abs")
 Tensor.__invert__ = _method("logical_not")

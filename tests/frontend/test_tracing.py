@@ -287,7 +287,7 @@ def test_tensor_methods_mirror_torch():
         return (x.sum(-1, keepdim=True), x.mean(0), x.amax(1), x.var(-1), x.argmax(-1), x.cumsum(0),
                 x.softmax(-1), x.transpose(0, 1), x.permute(1, 0), x.T, x.unsqueeze(1), x.reshape(-1),
                 x.view(4, 3), x.flatten(), x.expand(2, 3, 4), x.tril(), x.triu(1), x @ x.t(), x.numel() * x,
-                x.max(-1).values, x.min(), x.float(), x.contiguous())
+                x.max(-1).values, x.min(), x.float(), x.contiguous(), x.where(x > 0, x * 2), x.erf(), x.abs().log2())
 
     x = torch.randn(3, 4)
     got = ref_jit(body)(x)
