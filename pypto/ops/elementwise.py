@@ -4,9 +4,10 @@ Each table row is one op: its torch reference and FLOPs per output element. Pyth
 these ops as 0-d ``scalar`` nodes, so broadcasting covers them.
 
 Adding an elementwise op named as torch names it is a row here and nothing else: a UNARY / BINARY row
-(its reference), plus either a PTO row (the instruction computing it; a new instruction is one entry
-in pypto/ir/isa.py) or a decomposition into existing ops (as log2). The pypto.<name> function, the
-Tensor method, the torch.compile rule of aten.<name> and the vector lowering follow from the entry.
+(its reference), plus either a PTO row (the instruction computing it; a new instruction is one
+entry in pypto/ir/isa.py, see its docstring) or a decomposition into existing ops (as log2). The
+pypto.<name> function, the Tensor method, the torch.compile rule of aten.<name> and the vector
+lowering follow from the entry.
 """
 from __future__ import annotations
 
