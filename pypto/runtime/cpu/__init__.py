@@ -15,20 +15,18 @@ import threading
 import time
 import weakref
 
-import torch
-
 from ...codegen import generate_module
-from ...errors import PyptoError
 from ...ir.block import Kernel
-from ...ir.execution import Buffer, ExecutionGraph, Task
+from ...ir.execution import ExecutionGraph
 from ...machine import MachineSpec, get_machine, load_machine
+from ..host import GMBuffers, Geometry, abi_scalars, bind_sizes, expand, one_task_graph, written_bases
 from ..report import Report, set_last_report
 from . import compiler
 from .compiler import STATS, INCLUDE_DIR
 from .errors import BuildWarning, CpuKernelError, FlagWarning
 from .core_count import cores_to_run
 from .gm_check import build_flags, checked_mode
-from .executor import Buffers, bind_env, execute, expand, written_bases
+from .executor import CpuTask, execute
 from .library import KernelLibrary
 
 __all__ = ["run", "run_kernel", "run_with", "build", "KernelSet", "one_task_graph", "CpuKernelError", "FlagWarning", "BuildWarning", "STATS", "INCLUDE_DIR"]
@@ -166,7 +164,8 @@ def _plan_slot(graph, env, kernels, spec, nthreads):
     entry = _PLANS.get(id(graph))
     if entry is None or entry[0]() is not graph:
         try:   # the entry goes with the graph (pro kernels make a graph per call)
-            entry = _PLANS[id(graph)] = (weakref.ref(graph, lambda _, k=id(graph): _PLANS.pop(k, None)), {})
+            forget = lambda _, k=id(graph), plans=_PLANS: plans.pop(k, None)   # noqa: E731 (no global at exit)
+            entry = _PLANS[id(graph)] = (weakref.ref(graph, forget), {})
         except TypeError:
             return None, None
     key = (tuple(sorted(env.items())), tuple(sorted((n, id(lib), inner) for n, (lib, inner) in
@@ -177,7 +176,7 @@ def _plan_slot(graph, env, kernels, spec, nthreads):
 def _reusable_workspaces(graph, args, buffers) -> frozenset:
     """Workspace buffers the runtime allocates (no argument given) that no output is a view of:
     the next run at the same sizes can use the same tensors (a workspace starts undefined)."""
-    out_bases = {buffers.base[n][0] for n in graph.outputs if n in buffers.base}
+    out_bases = {buffers.base_of(n) for n in graph.outputs}
     return frozenset(n for n, b in graph.buffers.items()
                      if b.view_of is None and b.role == "workspace" and n not in args and n not in out_bases)
 
@@ -188,14 +187,14 @@ def run_with(kernels: KernelSet, graph: ExecutionGraph, args: dict, env: dict, *
     spec = _machine(machine)
     nthreads = _threads(threads)
     args = dict(args or {})
-    env = bind_env(graph, args, env)
+    env = bind_sizes(graph, args, env)
     plans, key = _plan_slot(graph, env, kernels, spec, nthreads)
     plan = plans.get(key) if plans is not None else None
-    buffers = Buffers(graph, args, env, shapes=plan.shapes if plan else None,
-                      workspaces=plan.take_workspaces() if plan else None)
+    buffers = GMBuffers(graph, args, env, poison=False, shapes=plan.shapes if plan else None,
+                        workspaces=plan.take_workspaces() if plan else None)
     if plan is None:
-        instances = expand(graph, env, buffers, kernels.abis)
-        plan = _Plan(buffers.shapes, instances, written_bases(graph, instances, buffers),
+        instances, _ = expand(graph, env, Geometry(buffers), instance=CpuTask)
+        plan = _Plan(buffers.shapes, instances, written_bases(instances, buffers),
                      _reusable_workspaces(graph, args, buffers))
         if plans is not None:
             if len(plans) >= _PLANS_PER_GRAPH:
@@ -206,8 +205,9 @@ def run_with(kernels: KernelSet, graph: ExecutionGraph, args: dict, env: dict, *
     def launch(inst, n):
         if inst.launch is None:
             cores = cores_to_run(kernels.ir(inst.task.kernel), inst.block_dim, nthreads)
-            inst.launch = kernels.prepare(inst.task.kernel, inst.ints, inst.reals, cores, spec)
-        inst.launch({p: buffers.tensors[b] for p, b in inst.task.gm_args.items()}, n)
+            ints, reals = abi_scalars(kernels.abis[inst.task.kernel], inst)
+            inst.launch = kernels.prepare(inst.task.kernel, ints, reals, cores, spec)
+        inst.launch({p: buffers.get(b, inst.loop_env) for p, b in inst.task.gm_args.items()}, n)
 
     t0 = time.perf_counter()
     execute(instances, launch, nthreads)
@@ -233,28 +233,6 @@ def _build_note(built) -> str:
     per = built.build_s / max(1, built.kernels)
     return (f"build: g++ {built.build_s:.2f} s for {built.kernels} kernel(s), {per:.2f} s each "
             f"({built.library.parent.name})")
-
-
-def one_task_graph(kernel: Kernel, args: dict, scalars: dict | None, block_dim) -> tuple[ExecutionGraph, dict]:
-    """A one-task ExecutionGraph launching ``kernel``: its buffers are the kernel's GM params (shapes
-    from ``args``); params the kernel stores to are the outputs, the others inputs."""
-    params = {}
-    for b in kernel.blocks:
-        for g in b.gm_params:
-            params.setdefault(g.name, g)
-    stores = {o.param for b in kernel.blocks for ins in b.instructions() if ins.spec.kind == "store"
-              for o in ins.operands if hasattr(o, "param")}
-    buffers = {}
-    for name, g in params.items():
-        t = args.get(name)
-        if t is None:
-            raise PyptoError(f"run_kernel: no argument for GM param '{name}' of kernel {kernel.name}", loc=kernel.loc)
-        buffers[name] = Buffer(name, tuple(t.shape), g.dtype, "output" if name in stores else "input")
-    task = Task(kernel.name, {n: n for n in params}, dict(scalars or {}), block_dim, loc=kernel.loc,
-                name=kernel.name)
-    graph = ExecutionGraph({kernel.name: kernel}, buffers, [n for n in params if n not in stores],
-                           [n for n in params if n in stores], [task])
-    return graph, {n: t for n, t in args.items() if isinstance(t, torch.Tensor)}
 
 
 def run_kernel(kernel: Kernel, args: dict, scalars: dict | None = None, block_dim: int = 1, **options):

@@ -17,6 +17,8 @@ import subprocess
 from pathlib import Path
 
 from ...errors import BackendUnavailableError, CompileError
+from ..host import GMBuffers, Geometry, abi_scalars, bind_sizes, expand, one_task_graph
+from ..report import Report, set_last_report
 
 _ARCH = {"a2a3": "dav-2201", "a5": "dav-3510"}
 
@@ -74,52 +76,54 @@ def build(kernels, machine=None) -> Path:
 def run(graph, args: dict, env: dict, *, machine=None, **ignored):
     """Run ``graph`` on the NPU through torch_npu: arguments are copied to the device, tasks run in
     control-program order on the current stream, outputs come back on the arguments' device.
-    Same signature and results as the other backends. Untested: no device was available."""
+    Same signature and results as the other backends. Untested: no device was available.
+    The host side (sizes, buffers, task instances) is runtime/host's, as for sim and cpu."""
     _require()
     import torch
     import torch_npu  # noqa: F401  (registers the npu device)
 
     from ...codegen import generate_module
     from ...machine import get_machine
-    from ..cpu.executor import Buffers, bind_env, expand
-    from ..report import Report, set_last_report
 
     spec = machine or get_machine()
     lib = ctypes.CDLL(str(build(graph.kernels, spec)))
     abis = generate_module(graph.kernels, spec).abis
-    env = bind_env(graph, args, env)
-    host = Buffers(graph, dict(args), env)
-    device = {name: t.to("npu") for name, t in host.tensors.items() if graph.buffers[name].view_of is None}
+    args = dict(args)
+    env = bind_sizes(graph, args, env)
+    host = GMBuffers(graph, args, env, poison=False)
+    instances, _ = expand(graph, env, Geometry(host))
+    device = {name: host.tensors[name].to("npu") for name, b in graph.buffers.items() if b.view_of is None}
     stream = torch.npu.current_stream()._as_parameter_
-    for inst in expand(graph, env, host, abis):
+    for inst in instances:
         abi = abis[inst.task.kernel]
+        ints, reals = abi_scalars(abi, inst)
         fn = getattr(lib, abi.npu_entry)
         fn.restype = None
-        ptrs = [ctypes.c_void_p(_device_ptr(device, host, inst.task.gm_args[g.name])) for g in abi.gm]
-        fn(ctypes.c_uint32(inst.block_dim), stream, *ptrs, *[ctypes.c_int64(inst.ints[a.name]) for a in abi.ints],
-           *[ctypes.c_double(inst.reals[a.name]) for a in abi.reals])
+        ptrs = [ctypes.c_void_p(_device_ptr(device, host, inst.task.gm_args[g.name], inst.loop_env))
+                for g in abi.gm]
+        fn(ctypes.c_uint32(inst.block_dim), stream, *ptrs, *[ctypes.c_int64(ints[a.name]) for a in abi.ints],
+           *[ctypes.c_double(reals[a.name]) for a in abi.reals])
     torch.npu.synchronize()
     outputs = {}
     for name in graph.outputs:
-        base, _ = host.base[name]
+        base = host.base_of(name)
         host.tensors[base].copy_(device[base].cpu())
-        outputs[name] = args[name] if name in args else host.tensors[name]
+        ours = host.get(name, env)
+        outputs[name] = args[name] if name in args else ours
         if name in args:
-            args[name].copy_(host.tensors[name])
+            args[name].copy_(ours)
     report = Report(backend="npu", machine=spec.name, notes=["launched through torch_npu"])
     set_last_report(report)
     return outputs, report
 
 
-def _device_ptr(device, host, name) -> int:
-    base, offset = host.base[name]
-    t = device[base]
-    return t.data_ptr() + offset * t.element_size()
+def _device_ptr(device, host, name, env) -> int:
+    base, byte_offset = host.location(name, env)
+    return device[base].data_ptr() + byte_offset
 
 
 def run_kernel(kernel, args: dict, scalars: dict | None = None, block_dim: int = 1, **options):
     """One launch of ``kernel`` (see pypto.runtime.cpu.run_kernel for the argument conventions)."""
     _require()
-    from ..cpu import one_task_graph
     graph, tensors = one_task_graph(kernel, args, scalars, block_dim)
     return run(graph, tensors, {}, **options)

@@ -5,16 +5,15 @@ the instruction and the user's line, a Report and an optional Chrome trace.
     outputs, report = pypto.runtime.sim.run(graph, {"x": x}, {"M": 77})
     outputs, report = pypto.runtime.sim.run_kernel(kernel, {"x": x, "y": y}, {"r0": 0}, block_dim=4)
 
-Modules, in the order a run uses them:
-  buffers.py     GM tensors of the run (views included), shapes from the size symbols
-  control.py     the AICPU control program: loops expanded into task instances, submissions (stitching)
-  deps.py        task dependencies from declared GM regions (RAW / WAR / WAW)
+The host side of a run (sizes, GM buffers, the control program expanded into task instances and
+their dependencies) is runtime/host, shared with the cpu and npu backends. Modules, in the order a
+run uses them:
+  control.py     the host's task instances with the scheduler's state, and the submissions (Batch)
   scheduler.py   MPMD dispatch of task instances to free cores; time-ordered advance of running blocks
   launch.py      a task instance bound to its kernel's compiled blocks, tensors and scalars
   engine.py      SimState (cores, shared memory, counters) and Unit (one block or cluster instance)
   core.py        one block instance on a core: pipes, flags, scalar issue, race/clobber/event checks
   program.py     a Block compiled once: checked statements and a generated scalar-unit walker
-  exprs.py       sympy scalar expressions printed as plain Python
   timing.py      instruction costs from the MachineSpec (data)
   gm.py          shared HBM bandwidth calendar and the L2 model
   functional.py  operand regions and bounds; semantics.py: what each instruction computes
@@ -30,12 +29,11 @@ import torch
 
 from ...errors import SimError
 from ...ir.block import CoreType, Kernel
-from ...ir.execution import Buffer, ExecutionGraph, Task
+from ...ir.execution import ExecutionGraph
 from ...machine import MachineSpec, get_machine, load_machine
 from ..report import Report, set_last_report
-from .buffers import GMBuffers, bind_env
-from .control import expand, kernel_accesses
-from .deps import Geometry
+from ..host import GMBuffers, Geometry, bind_sizes, one_task_graph, written_bases
+from .control import expand
 from .engine import SimState
 from .launch import Launcher
 from .scheduler import POLICIES, Scheduler
@@ -80,22 +78,24 @@ def _run(graph, args, env, machine, timing_only, trace, policy, check, stitch):
     check = (not timing_only) if check is None else bool(check)
     trace = trace or os.environ.get("PYPTO_TRACE") or None
     args = dict(args or {})
-    env = bind_env(graph, args, env)
-    bufs = GMBuffers(graph, args, env, timing_only)
+    env = bind_sizes(graph, args, env)
+    bufs = GMBuffers(graph, args, env, timing_only=timing_only)
     shapes = bufs.shapes
     geo = Geometry(bufs)
-    instances, batches, _ = expand(graph, env, geo, stitch)
+    instances, batches = expand(graph, env, geo, stitch)
 
     state = SimState(spec, functional=not timing_only, check=check, trace=bool(trace))
     launcher = Launcher(state, graph, bufs, env, spec, geo)
     sched = Scheduler(state, spec, launcher, policy)
     cycles = sched.run(batches)
     # the L2 is write-back: the outputs' dirty lines still have to reach HBM
-    out_bases = {bufs.views[n][0] if n in bufs.views else n for n in graph.outputs}
+    out_bases = {bufs.base_of(n) for n in graph.outputs}
     cycles = max(cycles, state.gmem.flush(sorted(out_bases)))
 
-    for user, ours in bufs.copy_back:
-        user.copy_(ours)
+    written = written_bases(instances, bufs)
+    for name, user, ours in bufs.copy_back:      # only what some task wrote goes back
+        if name in written:
+            user.copy_(ours)
     outputs = {}
     for name in graph.outputs:
         if timing_only:
@@ -152,24 +152,7 @@ def _report(graph, spec, state, shapes, cycles, n_tasks, timing_only) -> Report:
 
 def run_kernel(kernel: Kernel, args: dict, scalars: dict | None = None, block_dim: int = 1, **options):
     """One launch of ``kernel`` over ``block_dim`` cores: a one-task ExecutionGraph whose buffers are the
-    kernel's GM params (shapes from ``args``). Params the kernel stores to are the outputs; the rest
-    are inputs. Same options as ``run``."""
-    params = {}
-    for b in kernel.blocks:
-        for g in b.gm_params:
-            params.setdefault(g.name, g)
-    _, stores = kernel_accesses(kernel)
-    buffers = {}
-    env = {}
-    for name, g in params.items():
-        t = args.get(name)
-        if t is None:
-            raise SimError(f"run_kernel: no argument for GM param '{name}' of kernel {kernel.name}", loc=kernel.loc)
-        shape = tuple(t.shape) if hasattr(t, "shape") else tuple(t)
-        role = "output" if name in stores else "input"
-        buffers[name] = Buffer(name, shape, g.dtype, role)
-    task = Task(kernel.name, {n: n for n in params}, dict(scalars or {}), block_dim, loc=kernel.loc, name=kernel.name)
-    graph = ExecutionGraph({kernel.name: kernel}, buffers, [n for n in params if n not in stores],
-                           [n for n in params if n in stores], [task])
-    tensor_args = {n: t for n, t in args.items() if isinstance(t, torch.Tensor)}
-    return run(graph, tensor_args, env, **options)
+    kernel's GM params (shapes from ``args``: tensors, or shapes for a timing-only run). Params the
+    kernel stores to are the outputs; the rest are inputs. Same options as ``run``."""
+    graph, tensors = one_task_graph(kernel, args, scalars, block_dim)
+    return run(graph, tensors, {}, **options)

@@ -1,8 +1,7 @@
-"""Binding task instances to their kernels' compiled blocks, GM tensors and scalar environment, and
-starting a block instance on the cores the scheduler chose."""
+"""Binding task instances (runtime/host/control.py: their kernel, sizes and scalars are the host's)
+to their kernels' compiled blocks and GM tensors, and starting a block instance on the cores the
+scheduler chose."""
 from __future__ import annotations
-
-import sympy
 
 from ...errors import SimError
 from ...ir.block import CoreType
@@ -11,7 +10,7 @@ from .program import compile_block
 
 
 class _TaskInfo:
-    __slots__ = ("kind", "aic", "aiv", "gm", "gm_names", "env", "params", "dynamic")
+    __slots__ = ("kind", "aic", "aiv", "gm", "gm_names", "env", "dynamic")
 
 
 class Launcher:
@@ -20,11 +19,13 @@ class Launcher:
         self.geo = geo
         self._info: dict = {}
 
-    def info(self, task) -> _TaskInfo:
+    def info(self, inst) -> _TaskInfo:
+        """What the launches of ``inst``'s Task share: compiled blocks, GM tensors, the kernel's env."""
+        task = inst.task
         hit = self._info.get(id(task))
         if hit is not None:
             return hit
-        kernel = self.graph.kernels[task.kernel]
+        kernel = inst.plan.kernel
         info = _TaskInfo()
         aic, aiv = kernel.block(CoreType.AIC), kernel.block(CoreType.AIV)
         if aic is None and aiv is None:
@@ -38,27 +39,7 @@ class Launcher:
         info.gm = {p: (bufs.get(b, self.env) if p not in info.dynamic else bufs.shapes[b])
                    for p, b in task.gm_args.items()}
         info.gm_names = {p: bufs.location(b, self.env) for p, b in task.gm_args.items() if p not in info.dynamic}
-        env = dict(self.env)
-        for blk in kernel.blocks:
-            for g in blk.gm_params:
-                actual = _shape(info.gm[g.name])
-                if len(actual) != len(g.shape):
-                    raise SimError(f"kernel {kernel.name} param {g.name} is {len(g.shape)}-d but buffer "
-                                   f"'{task.gm_args[g.name]}' is {list(actual)}", loc=task.loc or blk.loc)
-                for d, a in zip(g.shape, actual):
-                    if isinstance(d, sympy.Symbol):
-                        if env.setdefault(d.name, a) != a and d.name not in self.env:
-                            raise SimError(f"kernel {kernel.name}: size {d.name} is {env[d.name]} from one GM "
-                                           f"param and {a} from {g.name}", loc=task.loc or blk.loc)
-                    elif isinstance(d, int) and d != a:
-                        raise SimError(f"kernel {kernel.name} param {g.name} has shape {list(g.shape)} but "
-                                       f"buffer '{task.gm_args[g.name]}' is {list(actual)}", loc=task.loc or blk.loc)
-        info.env = env
-        info.params = {p.name for blk in kernel.blocks for p in blk.scalar_params}
-        missing = info.params - set(task.scalars)
-        if missing:
-            raise SimError(f"task {task.name or task.kernel} gives no value for scalar param(s) "
-                           f"{', '.join(sorted(missing))} of kernel {kernel.name}", loc=task.loc)
+        info.env = env = inst.plan.env
         for cb in (info.aic, info.aiv):
             if cb is not None:
                 unbound = [n for n in cb.env_names if n not in env and n not in task.scalars
@@ -71,11 +52,11 @@ class Launcher:
         return info
 
     def kind(self, inst) -> str:
-        return self.info(inst.task).kind
+        return self.info(inst).kind
 
     def start_block(self, inst, k: int, cores, start: float) -> Unit:
         """Block instance k of a task instance, on the chosen cores from ``start``."""
-        info = self.info(inst.task)
+        info = self.info(inst)
         st = self.state
         kind, i = cores
         if kind == "AIV":
@@ -107,7 +88,3 @@ class Launcher:
             core.last_task = inst.id
             core.task_busy += end - unit.t0
             st.task_slices.append((core.name, unit.t0, end, label, cb.block.name, inst.task.loc))
-
-
-def _shape(t):
-    return tuple(t.shape) if hasattr(t, "shape") else tuple(t)

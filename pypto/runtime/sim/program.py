@@ -14,7 +14,7 @@ from ...ir.block import (Block, CoreType, CrossCoreSetFlag, CrossCoreWaitFlag, F
                          PipeBarrier, SetFlag, WaitFlag, walk)
 from ...ir.block_printer import _fmt_operand
 from ...ir.isa import ISA, MemSpace, Pipe, pipe_of
-from .exprs import constant, free_names, ident, to_source
+from ..host.exprs import constant, free_names, ident, to_source
 from .functional import fits_source, gm_fits_source, operand_shapes
 from .semantics import REGION, ROUND_MODES, SEMANTICS
 from .timing import PIPE_INDEX, CostModel

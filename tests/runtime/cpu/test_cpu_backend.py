@@ -13,7 +13,7 @@ from pypto import dtypes
 from pypto.errors import BackendUnavailableError, DTypeError, PyptoError, ShapeError, SimError
 from pypto.ir.execution import Buffer, ExecutionGraph, Loop, Region, Task
 from pypto.runtime import cpu
-from pypto.runtime.cpu import compiler, executor
+from pypto.runtime.cpu import compiler
 from pypto.symbolic import ceildiv, index_symbol, smin
 from pypto.testing import kernels as ck
 
@@ -158,33 +158,6 @@ def test_fresh_build_then_disk_cache_hit(tmp_path, monkeypatch):
     assert "warning" not in first.log.lower(), first.log
     second = compiler.build(files)
     assert second.cached and second.library == first.library
-
-
-def test_dependencies_from_regions():
-    """RAW / WAR / WAW between overlapping boxes; disjoint boxes of one buffer stay independent."""
-    def inst(i, *acc):
-        return executor.TaskInstance(i, None, {}, {}, 1, list(acc))
-    tasks = [inst(0, ("y", 0, 100, True)),            # writes y[0:100]
-             inst(1, ("y", 100, 200, True)),          # writes y[100:200]  (independent of 0)
-             inst(2, ("y", 50, 150, False)),          # reads both         (RAW on 0 and 1)
-             inst(3, ("y", 40, 60, True)),            # WAR on 2, WAW on 0
-             inst(4, ("z", 0, 10, True))]             # another buffer
-    executor.link(tasks)
-    assert [t.deps for t in tasks] == [set(), set(), {0, 1}, {0, 2}, set()]
-
-
-def test_views_alias_their_base():
-    g = ExecutionGraph({}, {"a": Buffer("a", (4, 8), F32, "input"),
-                            "v": Buffer("v", (2, 4), F32, "workspace", view_of="a", view_offset=8),
-                            "h": Buffer("h", (32,), dtypes.float16, "workspace", view_of="a")},
-                       ["a"], [], [])
-    a = torch.arange(32, dtype=torch.float32).reshape(4, 8)
-    bufs = executor.Buffers(g, {"a": a}, {})
-    assert torch.equal(bufs.tensors["v"], a.reshape(-1)[8:16].reshape(2, 4))
-    bufs.tensors["v"][0, 0] = -1
-    assert a[1, 0] == -1
-    assert bufs.tensors["h"].numel() == 32 and bufs.base["h"] == ("a", 0)
-    assert bufs.span("v", (1, 0), (1, 4)) == ("a", 12, 16)
 
 
 def test_npu_backend_is_guarded():

@@ -6,7 +6,7 @@ import sympy
 import torch
 
 from pypto import dtypes
-from pypto.errors import SimError
+from pypto.errors import DTypeError, PyptoError, ShapeError, SimError
 from pypto.ir.execution import Buffer, ExecutionGraph, Loop, Region, Task
 from pypto.runtime import sim
 from pypto.testing import kernels as S
@@ -124,12 +124,12 @@ def test_outputs_written_in_place_and_non_contiguous():
 def test_bad_arguments_raise():
     k = S.vector_add_kernel(16, 32, 8, F32)
     x = _rand(16, 32)
-    with pytest.raises(SimError, match="float16"):
+    with pytest.raises(DTypeError, match="float16"):
         sim.run_kernel(k, {"x": x.half(), "y": x, "z": torch.empty(16, 32)}, {})
     g = _vadd_graph(sympy.Symbol("R", integer=True, positive=True), 16)
-    with pytest.raises(SimError, match="no argument"):
+    with pytest.raises(PyptoError, match="no argument"):
         sim.run(g, {"x": _rand(32, 32)}, {})
-    with pytest.raises(SimError, match="size R is 32"):
+    with pytest.raises(ShapeError, match="size R is 32"):
         sim.run(g, {"x": _rand(32, 32), "y": _rand(48, 32)}, {})
 
 

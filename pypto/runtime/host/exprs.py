@@ -1,6 +1,7 @@
-"""Scalar expressions compiled once into plain Python source, so the simulator's hot loop never
-touches sympy: floor/ceiling of a quotient become integer ``//``, Min/Max become min/max, and
-symbols become local variables (``ident``)."""
+"""Scalar expressions compiled once into plain Python source, so that neither the control program's
+expansion (one evaluation per task instance) nor the simulator's hot loop touches sympy:
+floor/ceiling of a quotient become integer ``//``, Min/Max become min/max, and symbols become local
+variables (``ident``)."""
 from __future__ import annotations
 
 import functools
@@ -11,7 +12,7 @@ import re
 import sympy
 from sympy.printing.pycode import PythonCodePrinter
 
-from ...errors import SimError
+from ...errors import SymbolicError, TypeMismatchError
 
 
 def ident(name: str) -> str:
@@ -85,7 +86,7 @@ def to_source(value) -> str:
         return _source_of(value)
     if hasattr(value, "__index__"):
         return str(int(value))
-    raise SimError(f"not a scalar expression: {value!r}")
+    raise TypeMismatchError(f"not a scalar expression: {value!r}")
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -138,7 +139,7 @@ def compile_tuple(values, what: str = "expression"):
         try:
             return fn(env)
         except KeyError as exc:
-            raise SimError(f"{what} needs a value for {exc.args[0]!r}, which is not bound "
+            raise SymbolicError(f"{what} needs a value for {exc.args[0]!r}, which is not bound "
                            f"(bound: {', '.join(sorted(map(str, env))) or 'nothing'})") from None
     evaluate.names = names
     return evaluate

@@ -1,0 +1,177 @@
+"""The control program (the AICPU side of a run): the ExecutionGraph's loops expanded with their
+run-time trip counts into task instances in program order, each with its scalars, block_dim, GM
+boxes and dependencies (deps.py), grouped into submissions (``stitch`` loop iterations each).
+
+Each Task is checked and compiled once (``TaskPlan``): its kernel exists, every GM param is bound
+to a buffer of the program, every scalar param has a value, the GM params' sizes agree with the
+buffers (sizes.kernel_sizes); its scalars, block_dim and regions become Python evaluators.
+Boxes and dependencies follow regions.py and deps.py: the one dependency model of every backend."""
+from __future__ import annotations
+
+from ...errors import PyptoError
+from ...ir.execution import Loop, Task
+from .deps import DependencyTracker
+from .exprs import compile_tuple
+from .sizes import kernel_sizes
+
+
+def kernel_accesses(kernel) -> tuple[set, set]:
+    """GM params the kernel's blocks load from and store to."""
+    reads, writes = set(), set()
+    for b in kernel.blocks:
+        for ins in b.instructions():
+            for o in ins.operands:
+                if hasattr(o, "param"):
+                    (writes if ins.spec.kind == "store" else reads).add(o.param)
+    return reads, writes
+
+
+class TaskInstance:
+    """One launch of a Task: ``scalars`` its scalar values, ``loop_env`` the program's sizes and loop
+    variables it was expanded under, ``deps`` the ids of earlier instances it must follow,
+    ``read_boxes`` / ``write_boxes`` the boxes of the regions its Task declares (None when the Task
+    declares none and its kernel's whole GM params count). Backends subclass it for their own
+    per-instance state."""
+    __slots__ = ("id", "task", "plan", "scalars", "loop_env", "block_dim", "label", "deps",
+                 "read_boxes", "write_boxes")
+
+    def __init__(self, id_, task, plan, scalars, loop_env, block_dim, label):
+        self.id, self.task, self.plan, self.scalars, self.loop_env = id_, task, plan, scalars, loop_env
+        self.block_dim, self.label = block_dim, label
+        self.deps: set = set()
+        self.read_boxes = self.write_boxes = None
+
+    def kernel_env(self) -> dict:
+        """What the kernel's symbols are bound to: program sizes, its GM params' sizes, its scalars."""
+        return {**self.plan.env, **self.scalars}
+
+
+class TaskPlan:
+    """Per Task of the graph, checked and compiled once: its kernel, the sizes its GM params take
+    (``env``: the program's sizes with those), evaluators of its scalars and block_dim. It keeps no
+    reference to the run's buffers (a backend may keep instances across runs)."""
+
+    def __init__(self, task: Task, graph, shapes: dict, env: dict):
+        self.task = task
+        what = f"task {task.name or task.kernel}"
+        kernel = graph.kernels.get(task.kernel)
+        if kernel is None:
+            raise PyptoError(f"{what} launches kernel '{task.kernel}', which the graph does not have "
+                             f"(kernels: {', '.join(graph.kernels)})", loc=task.loc)
+        self.kernel = kernel
+        if not kernel.blocks:
+            raise PyptoError(f"kernel {kernel.name} has no block", loc=kernel.loc)
+        params = {g.name for b in kernel.blocks for g in b.gm_params}
+        missing = params - set(task.gm_args)
+        if missing:
+            raise PyptoError(f"{what} binds no buffer to GM param {', '.join(repr(p) for p in sorted(missing))} "
+                             f"of kernel {kernel.name}", loc=task.loc)
+        for p, buf in task.gm_args.items():
+            if buf not in graph.buffers:
+                raise PyptoError(f"{what} binds GM param {p} to unknown buffer '{buf}'", loc=task.loc)
+        scalar_params = {p.name for blk in kernel.blocks for p in blk.scalar_params}
+        missing = scalar_params - set(task.scalars)
+        if missing:
+            raise PyptoError(f"{what} gives no value for scalar param(s) {', '.join(sorted(missing))} of "
+                             f"kernel {kernel.name}", loc=task.loc)
+        self.env = {**env, **kernel_sizes(kernel, task, shapes, env)}
+        self.scalar_names = list(task.scalars)
+        self.scalars = compile_tuple([task.scalars[n] for n in self.scalar_names], f"{what} scalar")
+        self.block_dim = compile_tuple([task.block_dim], f"{what} block_dim")
+        self.loads, self.stores = kernel_accesses(kernel)
+
+
+def _regions(task, regions, params, geo):
+    """An evaluator env -> the boxes of ``regions`` (None: the whole of the buffers bound to ``params``)."""
+    if regions is None:
+        bufs = sorted({task.gm_args[p] for p in params})
+        return lambda env: [b for b in (geo.whole(n, env) for n in bufs) if b is not None]
+    what = f"task {task.name or task.kernel}"
+    plans = []
+    for r in regions:
+        if r.buffer not in geo.shapes:
+            raise PyptoError(f"{what} names a region of unknown buffer '{r.buffer}'", loc=task.loc)
+        fn = compile_tuple(list(r.offsets) + list(r.extents), f"{what} region of {r.buffer}")
+        plans.append((r.buffer, len(r.offsets), fn))
+
+    def evaluate(env):
+        out = []
+        for name, n, fn in plans:
+            v = fn(env)
+            b = geo.box(name, v[:n], v[n:], env)
+            if b is not None:
+                out.append(b)
+        return out
+    return evaluate
+
+
+def expand(graph, env: dict, geo, stitch: int = 1, instance=TaskInstance):
+    """(task instances in program order with their dependencies, submissions: lists of instances).
+
+    A Task outside any loop is a submission of its own; so are ``stitch`` consecutive iterations of
+    an outermost loop. ``instance``: the TaskInstance (sub)class to make."""
+    plans: dict = {}                # id(task) -> (TaskPlan, reads evaluator, writes evaluator)
+    tracker = DependencyTracker(geo)
+    instances: list = []
+    submissions: list = []
+    stitch = max(1, int(stitch))
+    loop_names: set = set()
+
+    def plan_of(task):
+        hit = plans.get(id(task))
+        if hit is None:
+            p = TaskPlan(task, graph, geo.shapes, env)
+            hit = plans[id(task)] = (p, _regions(task, task.reads, p.loads, geo),
+                                     _regions(task, task.writes, p.stores, geo))
+        return hit
+
+    def add(task, cur_env, submission):
+        p, read_boxes, write_boxes = plan_of(task)
+        scalars = dict(zip(p.scalar_names, p.scalars(cur_env)))
+        (block_dim,) = p.block_dim(cur_env)
+        loop_vals = {k: v for k, v in cur_env.items() if k in loop_names}
+        label = task.name or task.kernel
+        if loop_vals:
+            label += "[" + ", ".join(f"{k}={v}" for k, v in loop_vals.items()) + "]"
+        inst = instance(len(instances), task, p, scalars, cur_env, int(block_dim), label)
+        reads, writes = read_boxes(cur_env), write_boxes(cur_env)
+        if task.reads is not None:
+            inst.read_boxes = reads
+        if task.writes is not None:
+            inst.write_boxes = writes
+        inst.deps = tracker.add(inst.id, reads, writes)
+        instances.append(inst)
+        if submission is None:
+            submission = []
+            submissions.append(submission)
+        submission.append(inst)
+
+    def rec(items, cur_env, submission):
+        group = None
+        for it in items:
+            if isinstance(it, Loop):
+                loop_names.add(it.var.name)
+                start, stop, step = compile_tuple([it.start, it.stop, it.step], f"loop {it.var}")(cur_env)
+                if step == 0:
+                    raise PyptoError(f"loop {it.var} has step 0", loc=it.loc)
+                for k, v in enumerate(range(start, stop, step)):
+                    inner = submission
+                    if submission is None:
+                        if k % stitch == 0:
+                            group = []
+                            submissions.append(group)
+                        inner = group
+                    rec(it.body, {**cur_env, it.var.name: v}, inner)
+            elif isinstance(it, Task):
+                add(it, cur_env, submission)
+            else:
+                raise PyptoError(f"unknown control-program item {it!r}")
+
+    rec(graph.program, dict(env), None)
+    return instances, [s for s in submissions if s]
+
+
+def written_bases(instances, bufs) -> set:
+    """Base buffers some task stores to (by its kernel's stores, whatever its regions say)."""
+    return {bufs.base_of(inst.task.gm_args[p]) for inst in instances for p in inst.plan.stores
+            if p in inst.task.gm_args}
