@@ -19,7 +19,7 @@ def mutex_keys(section) -> dict:
 def synchronize_block(block, section, machine, copy_of=None, loop_src=None) -> dict:
     resources = block_resources(block, tied=mutex_keys(section))
     try:
-        return synchronize_pipes(block, machine, resources, copy_of=copy_of, loop_src=loop_src)
+        return synchronize_pipes(block, machine, resources, copy_of=copy_of, loop_src=loop_src, defer_sets=True)
     except _PassSyncError as e:
         at = Span(e.loc.file, e.loc.line, (e.loc.col or 1) - 1, None, e.loc.func) if e.loc else None
         raise SyncError(e.message, at, hint=e.hint) from None

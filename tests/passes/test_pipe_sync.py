@@ -1,0 +1,224 @@
+"""The shared pipe-sync pass (pypto.passes.pipe_sync.synchronize) on hand-built Block IR: its resource rule,
+its contract checked by the simulator (no race, no event set twice while live, every set waited, no deadlock)
+and by a sequential torch evaluation of the same program, event ids within the machine, the out-of-ids
+error at the user's line, and the fallback that trades waits for event ids."""
+import dataclasses
+
+import pytest
+import sympy
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pypto
+from pypto import dtypes
+from pypto.errors import SourceLoc, SyncError
+from pypto.ir.block import (Block, CoreType, For, GMParam, GMRegion, Kernel, PipeBarrier, SetFlag, TileDecl,
+                            WaitFlag, instr, walk)
+from pypto.ir.isa import MemSpace, Pipe
+from pypto.passes.pipe_sync import block_resources, synchronize
+from pypto.runtime import sim
+
+F32 = dtypes.float32
+ROWS, COLS = 8, 64
+TILE_BYTES = ROWS * COLS * 4
+
+
+def _machine(event_ids: int):
+    spec = pypto.get_machine()
+    return dataclasses.replace(spec, memory=dict(spec.memory, event_ids=event_ids))
+
+
+def _tiles(n, stride=TILE_BYTES):
+    return {f"t{i}": TileDecl(f"t{i}", MemSpace.UB, F32, (ROWS, COLS), addr=i * stride) for i in range(n)}
+
+
+def _flags(block):
+    return [s for s in walk(block.body) if isinstance(s, (SetFlag, WaitFlag))]
+
+
+# ------------------------------------------------------------------ the resource rule
+def test_tiles_share_a_resource_exactly_when_they_share_bytes():
+    half = TILE_BYTES // 2
+    tiles = {"a": TileDecl("a", MemSpace.UB, F32, (ROWS, COLS), addr=0),
+             "b": TileDecl("b", MemSpace.UB, F32, (ROWS, COLS), addr=half),        # overlaps a and c
+             "c": TileDecl("c", MemSpace.UB, F32, (ROWS, COLS), addr=TILE_BYTES),
+             "d": TileDecl("d", MemSpace.L1, F32, (ROWS, COLS), addr=0)}           # same bytes, other space
+    block = Block("k", CoreType.AIV, [GMParam("x", F32, (ROWS, COLS)), GMParam("v", F32, (ROWS, COLS))], [],
+                  list(tiles.values()), [])
+    res = block_resources(block, gm_alias={"v": "x"}, tied={"a": 7, "c": 7})
+    plain = block_resources(block)
+
+    def on(rule, t):
+        return set(rule(instr("TLOAD", [t, GMRegion("x", (0, 0))], tiles))) - {("gm", "x")}
+    assert on(plain, "a") & on(plain, "b") and on(plain, "b") & on(plain, "c")
+    assert not on(plain, "a") & on(plain, "c")          # no byte in common, though both meet b
+    assert not on(plain, "a") & on(plain, "d")
+    assert on(res, "a") & on(res, "c")                  # tied (Professional mode's mutex ids)
+    assert res(instr("TLOAD", ["d", GMRegion("v", (0, 0))], tiles))[-1] == ("gm", "x")   # a view of x
+
+
+def test_no_hand_over_between_tiles_that_share_no_byte():
+    """t0 and t2 both overlap t1's bytes but not each other's: a load into t2 does not wait for the
+    vector op on t0 (the union of overlapping tiles made them one resource)."""
+    tiles = _tiles(3, stride=TILE_BYTES // 2)
+    body = [instr("TLOAD", ["t0", GMRegion("x", (0, 0))], tiles),
+            instr("TABS", ["t0", "t0"], tiles),
+            instr("TLOAD", ["t2", GMRegion("x", (0, 0))], tiles)]
+    block = Block("k", CoreType.AIV, [GMParam("x", F32, (ROWS, COLS))], [], list(tiles.values()), body)
+    synchronize(block, pypto.get_machine())
+    pairs = [(s.src, s.dst) for s in _flags(block)]
+    assert pairs == [(Pipe.MTE2, Pipe.V)] * 2, block.body
+
+
+# ------------------------------------------------------------------ the contract on random programs
+N_TILES = 4
+OPS = ["load", "loadz", "add", "abs", "store"]
+
+
+@st.composite
+def programs(draw):
+    """Statements ("load", t, row) | ("loadz", t, row) | ("add", d, a, b) | ("abs", d, a) | ("store", t, row)
+    | ("loop", trips, [statements]); every tile is loaded first, so nothing reads the simulator's poison."""
+    def stmts(depth, n):
+        out = []
+        for _ in range(n):
+            kind = draw(st.sampled_from(OPS + (["loop"] if depth < 2 else [])))
+            t = lambda: draw(st.integers(0, N_TILES - 1))          # noqa: E731
+            row = lambda: draw(st.integers(0, 3))                   # noqa: E731
+            if kind == "loop":
+                out.append(("loop", draw(st.integers(0, 3)), stmts(depth + 1, draw(st.integers(1, 5)))))
+            elif kind in ("load", "loadz", "store"):
+                out.append((kind, t(), row()))
+            elif kind == "add":
+                out.append(("add", t(), t(), t()))
+            else:
+                out.append(("abs", t(), t()))
+        return out
+    prologue = [("load", i, i) for i in range(N_TILES)]
+    return prologue + stmts(0, draw(st.integers(3, 12))) + [("store", i, 4 + i) for i in range(N_TILES)]
+
+
+def _build(prog, tiles):
+    counter = iter(range(1000))
+
+    def emit(stmts):
+        body = []
+        for s in stmts:
+            loc = SourceLoc("user_kernel.py", 10 + len(body))
+            if s[0] == "loop":
+                body.append(For(sympy.Symbol(f"i{next(counter)}", integer=True), 0, s[1], 1, emit(s[2]), loc=loc))
+            elif s[0] in ("load", "loadz"):
+                body.append(instr("TLOAD", [f"t{s[1]}", GMRegion("x" if s[0] == "load" else "z",
+                                                                  (ROWS * s[2], 0))], tiles, loc=loc))
+            elif s[0] == "store":
+                body.append(instr("TSTORE", [GMRegion("z", (ROWS * s[2], 0)), f"t{s[1]}"], tiles, loc=loc))
+            elif s[0] == "add":
+                body.append(instr("TADD", [f"t{s[1]}", f"t{s[2]}", f"t{s[3]}"], tiles, loc=loc))
+            else:
+                body.append(instr("TABS", [f"t{s[1]}", f"t{s[2]}"], tiles, loc=loc))
+        return body
+    params = [GMParam("x", F32, (ROWS * 4, COLS)), GMParam("z", F32, (ROWS * 8, COLS))]
+    return Block("prog", CoreType.AIV, params, [], list(tiles.values()), emit(prog))
+
+
+def _sequential(prog, x, z):
+    """The program's meaning: its statements one after another (torch on the host)."""
+    t = {}
+
+    def run(stmts):
+        for s in stmts:
+            if s[0] == "loop":
+                for _ in range(s[1]):
+                    run(s[2])
+            elif s[0] == "load":
+                t[s[1]] = x[ROWS * s[2]:ROWS * (s[2] + 1)].clone()
+            elif s[0] == "loadz":
+                t[s[1]] = z[ROWS * s[2]:ROWS * (s[2] + 1)].clone()
+            elif s[0] == "store":
+                z[ROWS * s[2]:ROWS * (s[2] + 1)] = t[s[1]]
+            elif s[0] == "add":
+                t[s[1]] = t[s[2]] + t[s[3]]
+            else:
+                t[s[1]] = t[s[2]].abs()
+    run(prog)
+    return z
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(), st.sampled_from([8, 2]))
+def test_synchronized_random_programs_run_race_free_and_compute_the_sequential_result(prog, event_ids):
+    tiles = _tiles(N_TILES)
+    block = _build(prog, tiles)
+    try:
+        synchronize(block, _machine(event_ids), vector_barriers=True)
+    except SyncError as e:
+        # only a machine with 2 ids per pipe pair may run out, and the error names a line of the kernel
+        assert event_ids == 2 and e.loc is not None and e.loc.file == "user_kernel.py", e
+        return
+    assert all(s.event < event_ids for s in _flags(block))
+    x = torch.randn(ROWS * 4, COLS)
+    z0 = torch.randn(ROWS * 8, COLS)
+    z = z0.clone()
+    sim.run_kernel(Kernel("k", [block]), {"x": x, "z": z}, check=True)   # raises SimError on a race/reuse
+    torch.testing.assert_close(z, _sequential(prog, x, z0.clone()), rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------ event ids: the fallback and the error
+def _two_loads_two_consumers():
+    tiles = _tiles(4)
+    body = [instr("TLOAD", ["t0", GMRegion("x", (0, 0))], tiles),
+            instr("TLOAD", ["t1", GMRegion("x", (ROWS, 0))], tiles),
+            instr("TABS", ["t2", "t0"], tiles),
+            instr("TABS", ["t3", "t1"], tiles),
+            instr("TSTORE", [GMRegion("z", (0, 0)), "t2"], tiles),
+            instr("TSTORE", [GMRegion("z", (ROWS, 0)), "t3"], tiles)]
+    params = [GMParam("x", F32, (2 * ROWS, COLS)), GMParam("z", F32, (2 * ROWS, COLS))]
+    return Block("k", CoreType.AIV, params, [], list(tiles.values()), body)
+
+
+@pytest.mark.parametrize("event_ids", [8, 1])
+def test_a_consumer_waits_only_for_its_own_load_unless_ids_run_out(event_ids):
+    """With ids to spare the first load's hand-over is set right after it, so the first vector op waits for
+    that load only; with one id per pipe pair the two hand-overs share one set/wait pair, set after the second
+    load. Both run right on the sim."""
+    block = _two_loads_two_consumers()
+    events = synchronize(block, _machine(event_ids))
+    kinds = [type(s).__name__ if not hasattr(s, "op") else s.op for s in block.body]
+    loads_before_first_set = kinds[:kinds.index("SetFlag")].count("TLOAD")
+    assert loads_before_first_set == (1 if event_ids == 8 else 2), kinds
+    assert max(events.values()) <= event_ids
+    x = torch.randn(2 * ROWS, COLS)
+    z = torch.zeros(2 * ROWS, COLS)
+    sim.run_kernel(Kernel("k", [block]), {"x": x, "z": z}, check=True)
+    torch.testing.assert_close(z, x.abs(), rtol=0, atol=0)
+
+
+def test_running_out_of_event_ids_names_the_users_line():
+    """Ten tiles loaded, then each one processed and stored: ten V -> MTE3 hand-overs that nothing orders
+    against each other (no chain runs from MTE3 back to V), so ten ids live at once."""
+    tiles = _tiles(10)
+    body = [instr("TLOAD", [f"t{i}", GMRegion("x", (ROWS * i, 0))], tiles, loc=SourceLoc("model.py", 100 + i))
+            for i in range(10)]
+    for i in range(10):
+        body += [instr("TABS", [f"t{i}", f"t{i}"], tiles, loc=SourceLoc("model.py", 200 + i)),
+                 instr("TSTORE", [GMRegion("x", (ROWS * i, 0)), f"t{i}"], tiles, loc=SourceLoc("model.py", 300 + i))]
+    block = Block("k", CoreType.AIV, [GMParam("x", F32, (ROWS * 10, COLS))], [], list(tiles.values()), body)
+    with pytest.raises(SyncError, match="needs 10 event ids for V -> MTE3, the machine has 8") as e:
+        synchronize(block, _machine(8))
+    assert e.value.loc.file == "model.py" and e.value.loc.line in range(300, 310)
+    assert "model.py:3" in str(e.value)
+    assert max(synchronize(block, _machine(10)).values()) == 10
+
+
+def test_vector_barriers_separate_dependent_vector_instructions_only():
+    tiles = _tiles(3)
+    body = [instr("TLOAD", ["t0", GMRegion("x", (0, 0))], tiles),
+            instr("TABS", ["t1", "t0"], tiles),
+            instr("TABS", ["t2", "t0"], tiles),      # reads what the load wrote: no barrier (other pipe)
+            instr("TADD", ["t0", "t1", "t2"], tiles)]  # reads t1, t2 the vector pipe just wrote: barrier
+    block = Block("k", CoreType.AIV, [GMParam("x", F32, (ROWS, COLS))], [], list(tiles.values()), body)
+    synchronize(block, pypto.get_machine(), vector_barriers=True)
+    kinds = [s.op if hasattr(s, "op") else type(s).__name__ for s in block.body]
+    assert kinds.count("PipeBarrier") == 1 and kinds[kinds.index("PipeBarrier") + 1] == "TADD", kinds
+    assert all(s.pipe == Pipe.V for s in block.body if isinstance(s, PipeBarrier))
