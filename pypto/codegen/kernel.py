@@ -22,7 +22,7 @@ from ..symbolic import is_static
 from . import tiles as tt
 from .abi import CORE_SYMBOLS, KernelABI, kernel_abi
 from .cexpr import ExprPrinter, float_literal
-from .instructions import CMP_MODES, ROUND_MODES, spelling, uses_scratch
+from .instructions import CMP_MODES, ROUND_MODES
 from .names import Namer
 
 INDENT = "    "
@@ -58,6 +58,9 @@ class BlockEmitter:
         self.lines: list[str] = []
         self.used_symbols: set[str] = set()
         self.used_gm: dict[str, set[bool]] = {}      # GM param -> {transposed?} views used
+        # scratch tiles the memory pass planned (attrs["tmp"]); ``scratch``: those codegen places itself,
+        # only for a hand-built Block that did not go through the memory pass
+        self.planned_scratch = {i.attrs["tmp"] for i in block.instructions() if isinstance(i.attrs.get("tmp"), str)}
         self.scratch: dict[tuple, str] = {}           # (dtype, shape) -> scratch tile name
         self.valid_deps = {t.name: self._valid_loop_deps(t) for t in block.tiles}
         self.fresh: set[str] = set()                   # loop-dependent valid shapes current at this point
@@ -195,7 +198,7 @@ class BlockEmitter:
             return self.emit_move_gm(ins, pad, load=True)
         if ins.op == "TSTORE":
             return self.emit_move_gm(ins, pad, load=False)
-        sp = spelling(ins.op)
+        sp = ISA[ins.op].cpp
         tile_ops = [o for o in ins.operands if isinstance(o, str)]
         scalars = [o for o in ins.operands[1:] if not isinstance(o, (str, GMRegion))]
         dst = self.tiles.get(ins.operands[0]) if isinstance(ins.operands[0], str) else None
@@ -321,6 +324,11 @@ class BlockEmitter:
     def _tile_decl(self, t: TileDecl, addr: int) -> list[str]:
         name = self.names[("tile", t.name)]
         type_name = self.names[("type", t.name)]
+        if t.name in self.planned_scratch:
+            return [f"using {type_name} = {tt.scratch_type(t.dtype, t.shape)};  "
+                    f"{_comment(f'scratch of the reductions / select / transpose, {t.space}')}",
+                    f"{type_name} {name};",
+                    f"TASSIGN({name}, 0x{addr:05x});"]
         dyn_r, dyn_c = tt.dynamic_dims(t)
         vr, vc = t.valid_shape
         in_loop = bool(self._valid_loop_deps(t)) or t.name in self.valid_at_use

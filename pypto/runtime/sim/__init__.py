@@ -16,7 +16,7 @@ run uses them:
   program.py     a Block compiled once: checked statements and a generated scalar-unit walker
   timing.py      instruction costs from the MachineSpec (data)
   gm.py          shared HBM bandwidth calendar and the L2 model
-  functional.py  operand regions and bounds; semantics.py: what each instruction computes
+  functional.py  one instruction on a core's buffers: the semantics of pypto/ir/isa.py over operand regions
   trace.py       Chrome-trace JSON (hand-built kernels for tests and benchmarks: pypto/testing/kernels.py)
 """
 from __future__ import annotations

@@ -4,8 +4,9 @@ generator (the scalar unit) that walks For/If with run-time values and yields ``
 the GM offsets, then the scalar operands. Nothing here touches sympy at run time.
 
 Static checks happen here, each naming the instruction and the user's line: unknown op, operand
-form, tile not placed / misaligned / over the buffer's capacity / in the wrong core, a static valid
-shape larger than the tile, an instruction bound to the wrong pipe, event ids out of range.
+form, tile (an operand, or the instruction's scratch tile ``attrs["tmp"]``) not placed / misaligned /
+over the buffer's capacity / in the wrong core, a static valid shape larger than the tile, an
+instruction bound to the wrong pipe, event ids out of range.
 """
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from ...ir.block_printer import _fmt_operand
 from ...ir.isa import ISA, MemSpace, Pipe, pipe_of
 from ..host.exprs import constant, free_names, ident, to_source
 from .functional import fits_source, gm_fits_source, operand_shapes
-from .semantics import REGION, ROUND_MODES, SEMANTICS
 from .timing import PIPE_INDEX, CostModel
 
 INSTR, SET, WAIT, BARRIER, XSET, XWAIT = range(6)
@@ -181,11 +181,13 @@ class CompiledBlock:
                 if isinstance(o, (str, GMRegion)):
                     raise self._err(cop, f"{s.op} expects a scalar operand, found {o!r}")
                 scalars.append(o)
+        if isinstance(s.attrs.get("tmp"), str):       # the planned scratch tile: placed, aligned, within capacity
+            self._check_tile(cop, s.attrs["tmp"])
         cop.tiles = tuple(tiles)
         cop.n_tiles = len(tiles)
         cop.scalar_at = 2 * len(tiles) + len(gm_offs)
-        cop.region = REGION[s.op]
-        cop.sem = SEMANTICS.get(s.op)
+        cop.region = spec_i.region
+        cop.sem = spec_i.semantics
         cop.trans = bool(cop.attrs.get("trans", False)) and s.op == "TLOAD"
         # which pipe the data path implies
         spaces = [t.space for t in tiles]
@@ -204,10 +206,10 @@ class CompiledBlock:
         if spec_i.kind == "matmul" and tuple(spaces) != MATMUL_SPACES:
             raise self._err(cop, f"{s.op} needs dst in l0c, a in l0a, b in l0b; found "
                                  f"{', '.join(map(str, spaces))}")
-        if s.op == "TCVT" and cop.attrs.get("round", "rint") not in ROUND_MODES:
-            raise self._err(cop, f"TCVT round={cop.attrs.get('round')!r} is not one of {', '.join(ROUND_MODES)}")
-        if spec_i.kind == "compare" and cop.attrs.get("cmp", "eq") not in ("eq", "ne", "lt", "le", "gt", "ge"):
-            raise self._err(cop, f"{s.op} cmp={cop.attrs.get('cmp')!r} is not one of eq, ne, lt, le, gt, ge")
+        for attr, allowed in spec_i.attrs.items():
+            if cop.attrs.get(attr, allowed[0]) not in allowed:
+                raise self._err(cop, f"{s.op} {attr}={cop.attrs.get(attr)!r} is not one of "
+                                     f"{', '.join(map(str, allowed))}")
         # accesses for the race / clobber checks (tile indices)
         if cop.region == "store":
             cop.reads, cop.writes = (tiles[0].index,), ()
