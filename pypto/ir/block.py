@@ -216,7 +216,8 @@ class Kernel:
         return next((b for b in self.blocks if b.core == core), None)
 
     def __str__(self) -> str:
-        return "\n\n".join(str(b) for b in self.blocks)
+        from .block_printer import print_kernel
+        return print_kernel(self)
 
 
 def walk_instrs(stmts):
