@@ -100,11 +100,10 @@ def synchronize(block: Block, machine, resources=None, *, copy_of: dict | None =
 
     ``resources``: ``instr -> resource keys`` (default ``block_resources(block)``); ``copy_of`` / ``loop_src``:
     a front end's unrolled loop-body copies (see ``PipeSync``). ``defer_sets``: None tries transfers set right
-    after their own source first and coalesces by moving sets later only when event ids run out; True always
-    coalesces (the Tile level and Professional mode: measured no slower on every example and benchmark, and
-    faster on bench_tile's 2048^3 matmul and bench_pro's fp16-softmax flash attention, where the extra flags
-    cost more than the earlier start gains; Tensor mode gains from the earlier start on every program
-    measured). Returns the event ids used per pipe pair."""
+    after their own source first and coalesces by moving sets later only when event ids run out (Tensor mode
+    and the Tile level: faster on every program measured but bench_tile's 2048^3 Tile matmul+gelu, +0.23%);
+    True always coalesces (Professional mode: measured faster so on bench_pro's fp16-softmax flash attention,
+    where the extra flags cost more than the earlier start gains). Returns the event ids used per pipe pair."""
     resources = resources or block_resources(block)
     body = block.body
     for defer in ((True,) if defer_sets else (False, True)):

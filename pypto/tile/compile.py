@@ -123,7 +123,7 @@ def _build(program, pl, machine, sides, stages, unroll, max_pool=4):
         peaks.update({f"{s}.{sp}": n for sp, n in used.items()})
         gm_alias = {v: b for b, _, _, v, _, _, _ in em.scratch}      # pt.reshape scratch: views of one tensor
         try:
-            synchronize(block, machine, block_resources(block, gm_alias), defer_sets=True)
+            synchronize(block, machine, block_resources(block, gm_alias))
         except SyncError as e:
             raise _TooManyEvents() from e
         blocks.append(block)
