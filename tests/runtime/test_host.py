@@ -54,6 +54,25 @@ def test_dependencies_from_2d_boxes():
     assert deps == [set(), set(), {0, 1}, {0, 2}, set(), {0, 1, 2}, {0, 1, 3}]
 
 
+def test_dependencies_of_boxes_that_share_grid_cells():
+    """Adjacent boxes do not overlap; a read never stands in for an earlier read (only a write orders
+    what it covers), so a write after two reads follows both."""
+    geo = _geometry(y=(4, 200))
+    tracker = DependencyTracker(geo)
+
+    def y(r0, r1, c0, c1):
+        return geo.box("y", (r0, c0), (r1 - r0, c1 - c0), {})
+    accesses = [([], [y(0, 4, 0, 100)]),                    # 0: the grid's cells are [4, 100]
+                ([], [y(1, 2, 100, 150)]),                  # 1
+                ([y(0, 1, 50, 100)], []),                   # 2: RAW on 0
+                ([], [y(1, 2, 150, 200)]),                  # 3: next to 1 in its cell, independent
+                ([y(2, 3, 100, 200)], []),                  # 4 reads
+                ([y(0, 4, 100, 200)], []),                  # 5 reads over 4: RAW on 1, 3
+                ([], [y(2, 3, 150, 160)])]                  # 6: WAR on 4 and 5
+    deps = [tracker.add(i, r, w) for i, (r, w) in enumerate(accesses)]
+    assert deps == [set(), set(), {0}, set(), set(), {1, 3}, {4, 5}]
+
+
 def test_views_alias_their_base():
     g = ExecutionGraph({}, {"a": Buffer("a", (4, 8), F32, "input"),
                             "v": Buffer("v", (2, 4), F32, "workspace", view_of="a", view_offset=8),
@@ -165,6 +184,11 @@ def test_control_program_errors_name_the_task(backend):
     g.program = [Task("vadd", {"x": "x", "y": "y"}, {}, 1, loc=where, name="add")]
     with pytest.raises(PyptoError, match="task add binds no buffer to GM param 'z' of kernel vadd"):
         _run(backend, g, args, {})
+    q = sympy.Symbol("q", integer=True)
+    g.program = [Task("vadd", {"x": "x", "y": "y", "z": "z"}, {"r": q + 1}, 1, loc=where, name="add")]
+    with pytest.raises(PyptoError, match="task add scalar needs a value for 'q', which is not bound") as e:
+        _run(backend, g, args, {})
+    assert e.value.loc == where
     with pytest.raises(ShapeError, match="size R is 16 but argument 'y' has 8 there"):
         R = sympy.Symbol("R", integer=True, positive=True)
         g2 = _vadd_graph(R, 8)

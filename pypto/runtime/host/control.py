@@ -76,8 +76,9 @@ class TaskPlan:
                              f"kernel {kernel.name}", loc=task.loc)
         self.env = {**env, **kernel_sizes(kernel, task, shapes, env)}
         self.scalar_names = list(task.scalars)
-        self.scalars = compile_tuple([task.scalars[n] for n in self.scalar_names], f"{what} scalar")
-        self.block_dim = compile_tuple([task.block_dim], f"{what} block_dim")
+        self.scalars = compile_tuple([task.scalars[n] for n in self.scalar_names], f"{what} scalar",
+                                     task.loc)
+        self.block_dim = compile_tuple([task.block_dim], f"{what} block_dim", task.loc)
         self.loads, self.stores = kernel_accesses(kernel)
 
 
@@ -91,7 +92,7 @@ def _regions(task, regions, params, geo):
     for r in regions:
         if r.buffer not in geo.shapes:
             raise PyptoError(f"{what} names a region of unknown buffer '{r.buffer}'", loc=task.loc)
-        fn = compile_tuple(list(r.offsets) + list(r.extents), f"{what} region of {r.buffer}")
+        fn = compile_tuple(list(r.offsets) + list(r.extents), f"{what} region of {r.buffer}", task.loc)
         plans.append((r.buffer, len(r.offsets), fn))
 
     def evaluate(env):
@@ -151,7 +152,7 @@ def expand(graph, env: dict, geo, stitch: int = 1, instance=TaskInstance):
         for it in items:
             if isinstance(it, Loop):
                 loop_names.add(it.var.name)
-                start, stop, step = compile_tuple([it.start, it.stop, it.step], f"loop {it.var}")(cur_env)
+                start, stop, step = compile_tuple([it.start, it.stop, it.step], f"loop {it.var}", it.loc)(cur_env)
                 if step == 0:
                     raise PyptoError(f"loop {it.var} has step 0", loc=it.loc)
                 for k, v in enumerate(range(start, stop, step)):

@@ -122,8 +122,9 @@ def constant(value):
     return None
 
 
-def compile_tuple(values, what: str = "expression"):
-    """A function env(dict name -> value) -> tuple of the values evaluated; built once."""
+def compile_tuple(values, what: str = "expression", loc=None):
+    """A function env(dict name -> value) -> tuple of the values evaluated; built once. A name
+    ``env`` lacks is a SymbolicError about ``what``, at ``loc`` (the user's line) when given."""
     values = list(values)
     names = sorted(free_names(values))
     lines = [f"def _f(e):"]
@@ -140,6 +141,6 @@ def compile_tuple(values, what: str = "expression"):
             return fn(env)
         except KeyError as exc:
             raise SymbolicError(f"{what} needs a value for {exc.args[0]!r}, which is not bound "
-                           f"(bound: {', '.join(sorted(map(str, env))) or 'nothing'})") from None
+                                f"(bound: {', '.join(sorted(map(str, env))) or 'nothing'})", loc=loc) from None
     evaluate.names = names
     return evaluate
