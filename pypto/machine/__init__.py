@@ -22,6 +22,7 @@ class MachineSpec:
     vector: dict
     memory: dict
     dispatch: dict
+    cross_core: dict          # cube <-> vector flags of a cluster: flags, max_pending_sets
     raw: dict = field(repr=False, default_factory=dict)
 
     @property
@@ -45,6 +46,16 @@ class MachineSpec:
     def peak_vector_bytes(self) -> float:
         return self.vector["bytes_per_cycle"] * self.num_aiv * self.clock_ghz * 1e9
 
+    @property
+    def cross_core_flags(self) -> int:
+        """Cross-core flag ids of a cluster (0 .. cross_core_flags - 1)."""
+        return self.cross_core["flags"]
+
+    @property
+    def cross_core_max_pending(self) -> int:
+        """Sets one cross-core flag's counter holds before a wait must take one."""
+        return self.cross_core["max_pending_sets"]
+
     def cycles_to_us(self, cycles: float) -> float:
         return cycles / (self.clock_ghz * 1e3)
 
@@ -58,7 +69,7 @@ def load_machine(name: str) -> MachineSpec:
     return MachineSpec(name=data["name"], description=data["description"], clock_ghz=data["clock_ghz"],
                        alignment=data["alignment"], cores=data["cores"], capacity=data["capacity"],
                        cube=data["cube"], vector=data["vector"], memory=data["memory"],
-                       dispatch=data["dispatch"], raw=data)
+                       dispatch=data["dispatch"], cross_core=data["cross_core"], raw=data)
 
 
 _current = {"machine": None}

@@ -19,9 +19,10 @@ Guarantees:
 - every set has its wait whatever the trip counts: the reader's block starts with ``depth`` sets of
   ``empty`` per buffer (one per slot it rotates through) and the writer's block ends with as many
   waits of ``empty``, which take the tokens its last uses left;
-- flag ids lie in 0 .. CROSS_CORE_FLAGS - 1: a pair per buffer when the pairs fit, else one pair per
-  buffer group (a group's buffers are used round-robin, so a counter still pairs the k-th full with
-  the k-th write), else a HandoffError; no counter is asked to hold more than MAX_PENDING sets;
+- flag ids lie in 0 .. machine.cross_core_flags - 1: a pair per buffer when the pairs fit, else one
+  pair per buffer group (a group's buffers are used round-robin, so a counter still pairs the k-th
+  full with the k-th write), else a HandoffError; no counter is asked to hold more than
+  machine.cross_core_max_pending sets (both figures come from the machine file);
 - a2a3 "mode 2": a cube set reaches every vector sub-block of the cluster and a cube wait needs the
   set of every sub-block, so on the vector side a flag is never placed under an ``if`` on the
   sub-block index: the bracket goes around that ``if`` (both sub-blocks signal, one of them stores);
@@ -40,8 +41,6 @@ from ..errors import SourceLoc, SyncError
 from ..ir.block import SUBBLOCK_IDX, CoreType, CrossCoreSetFlag, CrossCoreWaitFlag, For, If, Instr
 
 HANDOFF = "_handoff"     # the Instr attribute holding a HandoffAccess
-CROSS_CORE_FLAGS = 16    # cross-core flag ids of a cluster
-MAX_PENDING = 15         # sets a flag's counter holds before they are waited
 
 
 @dataclass(frozen=True)
@@ -134,27 +133,28 @@ def _roles(blocks, accesses: dict) -> dict:
     return roles
 
 
-def assign_flags(shared: list) -> dict:
+def assign_flags(shared: list, machine) -> dict:
     """buffer -> (full, empty) flag ids: a pair per buffer when they fit, else a pair per group."""
-    if 2 * len(shared) <= CROSS_CORE_FLAGS:
+    nflags, max_pending = machine.cross_core_flags, machine.cross_core_max_pending
+    if 2 * len(shared) <= nflags:
         pairs = {buf: (buf,) for buf in shared}
     else:
         pairs = {buf: (buf.group,) if buf.group is not None else (buf,) for buf in shared}
     channels = list(dict.fromkeys(pairs.values()))
-    if 2 * len(channels) > CROSS_CORE_FLAGS:
+    if 2 * len(channels) > nflags:
         grouped = any(buf.group is not None for buf in shared)
         raise HandoffError(f"{len(channels)} cube<->vector handoff buffers need {2 * len(channels)} cross-core "
-                           f"flags; the machine has {CROSS_CORE_FLAGS}", shared[0].where,
+                           f"flags; the machine has {nflags}", shared[0].where,
                            hint="use fewer workspace groups" if grouped else
                            "hand fewer tiles over (fuse the work on one side)")
     pending: dict = {}
     for buf in shared:
         pending[pairs[buf]] = pending.get(pairs[buf], 0) + buf.depth
     for ch, n in pending.items():
-        if n > MAX_PENDING:
+        if n > max_pending:
             owner = ch[0]
             what = "a shallower workspace group" if isinstance(owner, HandoffGroup) else "fewer slots"
-            raise HandoffError(f"{owner.name} has {n} slots; a cross-core flag counts at most {MAX_PENDING} "
+            raise HandoffError(f"{owner.name} has {n} slots; a cross-core flag counts at most {max_pending} "
                                "sets in flight", owner.where, hint=f"use {what}")
     index = {ch: i for i, ch in enumerate(channels)}
     return {buf: (2 * index[pairs[buf]], 2 * index[pairs[buf]] + 1) for buf in shared}
@@ -197,14 +197,15 @@ def _bracket(accs: list, wait_flag: int, set_flag: int) -> None:
     home.insert(positions[0], CrossCoreWaitFlag(first.pipe, wait_flag, loc=first.loc))
 
 
-def insert_handoff_flags(blocks: list) -> None:
-    """Add the cross-core flags of every marked handoff access of ``blocks`` (one kernel), in place."""
+def insert_handoff_flags(blocks: list, machine) -> None:
+    """Add the cross-core flags of every marked handoff access of ``blocks`` (one kernel for ``machine``,
+    a MachineSpec), in place."""
     accesses = {b.name: _accesses(b) for b in blocks}
     cores = {b.core for b in blocks}
     if CoreType.AIC not in cores or CoreType.AIV not in cores:
         return
     roles = _roles(blocks, accesses)
-    flags = assign_flags([buf for buf, r in roles.items() if len(r) == 2])
+    flags = assign_flags([buf for buf, r in roles.items() if len(r) == 2], machine)
     for b in blocks:
         uses: dict = {}
         first_pipe: dict = {}

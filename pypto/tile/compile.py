@@ -128,7 +128,7 @@ def _build(program, pl, machine, sides, stages, unroll, max_pool=4):
             raise _TooManyEvents() from e
         blocks.append(block)
         scratch.extend(em.scratch)
-    insert_handoff_flags(blocks)
+    insert_handoff_flags(blocks, machine)
     return blocks, peaks, slots
 
 

@@ -28,10 +28,10 @@ def handoff_attrs(t) -> dict | None:
     return {HANDOFF: HandoffAccess(buffer, use_id, home)}
 
 
-def cross_core_sync(blocks, parser=None) -> None:
-    """The cross-core flags of a parsed kernel's sections, with Professional mode's error rendering
-    (``parser``: unused; the marks carry all the pass needs)."""
+def cross_core_sync(blocks, machine) -> None:
+    """The cross-core flags of a parsed kernel's sections for ``machine``, with Professional mode's
+    error rendering."""
     try:
-        insert_handoff_flags(blocks)
+        insert_handoff_flags(blocks, machine)
     except HandoffError as e:
         raise SyncError(e.message, e.where, hint=e.hint) from None

@@ -27,7 +27,7 @@ def synchronize_block(block, section, machine, copy_of=None, loop_src=None) -> d
 
 def synchronize(blocks, parser, machine) -> dict:
     from .cross_core import cross_core_sync
-    cross_core_sync(blocks, parser)
+    cross_core_sync(blocks, machine)
     events = {}
     for b in blocks:
         events[b.name] = synchronize_block(b, parser.sections[b.core], machine, parser.copy_of, parser.loop_src)

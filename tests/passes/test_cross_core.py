@@ -10,6 +10,7 @@ sub-block `if` around the flags) must each be caught by that model.
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import sympy
@@ -19,8 +20,11 @@ from pypto.errors import SourceLoc, SyncError
 from pypto.ir.block import (SUBBLOCK_IDX, Block, CoreType, CrossCoreSetFlag, CrossCoreWaitFlag, For, GMRegion, If,
                             Instr, TileDecl, instr, walk)
 from pypto.ir.isa import MemSpace, Pipe
-from pypto.passes.cross_core import (CROSS_CORE_FLAGS, HANDOFF, HandoffAccess, HandoffBuffer, HandoffError,
-                                     HandoffGroup, insert_handoff_flags)
+from pypto.machine import load_machine
+from pypto.passes.cross_core import HANDOFF, HandoffAccess, HandoffBuffer, HandoffError, HandoffGroup, \
+    insert_handoff_flags
+
+A2A3 = load_machine("a2a3")
 
 N = sympy.Symbol("n", integer=True, nonnegative=True)
 I = sympy.Symbol("i", integer=True, nonnegative=True)
@@ -80,8 +84,8 @@ def run_cluster(bs, env, depth: dict, vector_first=False, parts=None) -> str | N
     seqs = {"C": events(cube.body, env), "V0": events(vec.body, {**env, SUBBLOCK_IDX: 0}),
             "V1": events(vec.body, {**env, SUBBLOCK_IDX: 1})}
     order = ["V0", "V1", "C"] if vector_first else ["C", "V0", "V1"]
-    to_vec = {sb: [0] * CROSS_CORE_FLAGS for sb in ("V0", "V1")}     # cube sets not yet waited, per sub-block
-    to_cube = {sb: [0] * CROSS_CORE_FLAGS for sb in ("V0", "V1")}    # a sub-block's sets not yet waited
+    to_vec = {sb: [0] * A2A3.cross_core_flags for sb in ("V0", "V1")}     # cube sets not yet waited, per sub-block
+    to_cube = {sb: [0] * A2A3.cross_core_flags for sb in ("V0", "V1")}    # a sub-block's sets not yet waited
     writers = {p: [c for c in seqs if ("store", p) in seqs[c]] for p in depth}
     readers = {p: [c for c in seqs if ("load", p) in seqs[c]] for p in depth}
     done = {c: {} for c in seqs}                                     # core -> (kind, param) -> count
@@ -101,7 +105,7 @@ def run_cluster(bs, env, depth: dict, vector_first=False, parts=None) -> str | N
                 elif kind == "set":
                     for cnt in (to_vec.values() if c == "C" else [to_cube[c]]):
                         cnt[x] += 1
-                        if cnt[x] > 15:
+                        if cnt[x] > A2A3.cross_core_max_pending:
                             return f"flag {x} overflows"
                 else:
                     k = done[c].get((kind, x), 0)        # this core's k-th access of x (from 0)
@@ -193,7 +197,7 @@ def attention_like():
 
 def test_vector_to_cube_output_and_balance():
     bs = vector_to_cube()
-    insert_handoff_flags(bs)
+    insert_handoff_flags(bs, A2A3)
     cube, vec = bs
     assert [type(s).__name__ for s in cube.body] == ["CrossCoreSetFlag", "CrossCoreSetFlag", "For"]
     assert [(s.pipe, s.flag) for s in cube.body[:2]] == [(Pipe.MTE2, 1), (Pipe.MTE2, 1)]   # two empty slots
@@ -212,7 +216,7 @@ def test_vector_to_cube_output_and_balance():
 
 def test_mode2_flags_stay_outside_the_sub_block_if():
     bs = vector_to_cube(mode2=True)
-    insert_handoff_flags(bs)
+    insert_handoff_flags(bs, A2A3)
     loop = bs[1].body[0]
     assert [type(s).__name__ for s in loop.body] == ["Instr", "CrossCoreWaitFlag", "If", "CrossCoreSetFlag"]
     assert [type(s).__name__ for s in loop.body[2].then_body] == ["Instr"]
@@ -225,7 +229,7 @@ def test_mode2_flags_stay_outside_the_sub_block_if():
 
 def test_two_way_handoff_multi_part_use_and_planted_bugs():
     bs, depth, parts = attention_like()
-    insert_handoff_flags(bs)
+    insert_handoff_flags(bs, A2A3)
     loop = next(s for s in bs[0].body if isinstance(s, For))
     kinds = [type(s).__name__ for s in loop.body]
     # one bracket around both halves of S: wait empty(ws0), store, store, set full(ws0)
@@ -246,7 +250,7 @@ def test_explicit_home_brackets_the_whole_inner_loop():
     bs = blocks([For(I, 0, N, 1, [load(CUBE_TILES, "a", "ws0", HandoffAccess(ws, 0)),
                                   load(CUBE_TILES, "a", "ws0", HandoffAccess(ws, 0))])],
                 [For(I, 0, N, 1, outer)])
-    insert_handoff_flags(bs)
+    insert_handoff_flags(bs, A2A3)
     assert [type(s).__name__ for s in outer] == ["CrossCoreWaitFlag", "For", "CrossCoreSetFlag"]
     cube_loop = bs[0].body[1]
     assert [type(s).__name__ for s in cube_loop.body] == \
@@ -261,7 +265,7 @@ def test_deep_group_shares_one_counting_pair():
     vec = [store(VEC_TILES, f"ws{i}", "x", HandoffAccess(w, i)) for i, w in enumerate(wss)]
     cube = [load(CUBE_TILES, "a", f"ws{i}", HandoffAccess(w, i)) for i, w in enumerate(wss)]
     bs = blocks(cube, vec)
-    insert_handoff_flags(bs)
+    insert_handoff_flags(bs, A2A3)
     assert {s.flag for b in bs for s in walk(b.body) if isinstance(s, (CrossCoreSetFlag, CrossCoreWaitFlag))} \
         == {0, 1}
     check(bs, {f"ws{i}": 1 for i in range(9)}, trips=[0])
@@ -270,7 +274,7 @@ def test_deep_group_shares_one_counting_pair():
 def test_one_sided_buffer_gets_no_flags_and_loses_its_mark():
     ws = buf("ws0")
     bs = blocks([load(CUBE_TILES, "a", "X")], [store(VEC_TILES, "ws0", "x", HandoffAccess(ws, 0))])
-    insert_handoff_flags(bs)
+    insert_handoff_flags(bs, A2A3)
     assert not flag_stmts(bs)
     assert HANDOFF not in bs[1].body[0].attrs
 
@@ -280,7 +284,7 @@ def test_one_sided_buffer_gets_no_flags_and_loses_its_mark():
     ("two writers", "workspace ws0 is written by both sections"),
     ("outside home", "workspace ws0 is used outside the statement list where it was acquired"),
     ("too many", "9 cube<->vector handoff buffers need 18 cross-core flags; the machine has 16"),
-    ("too deep", "workspace group ws has 16 slots; a cross-core flag counts at most 15 sets in flight"),
+    ("too deep", "workspace group ws has 17 slots; a cross-core flag counts at most 16 sets in flight"),
 ])
 def test_misuse_is_a_sync_error_naming_the_buffer(case, message):
     ws = buf("ws0")
@@ -295,11 +299,32 @@ def test_misuse_is_a_sync_error_naming_the_buffer(case, message):
                     [For(I, 0, N, 1, [store(VEC_TILES, "ws0", "x", HandoffAccess(ws, 0, home=[]))])])
     else:
         g = HandoffGroup("g", "workspace group ws") if case == "too deep" else None
-        wss = [buf(f"ws{i}", depth=1, group=g) for i in range(16 if g else 9)]
+        wss = [buf(f"ws{i}", depth=1, group=g) for i in range(17 if g else 9)]
         bs = blocks([load(CUBE_TILES, "a", f"ws{i}", HandoffAccess(w, i)) for i, w in enumerate(wss)],
                     [store(VEC_TILES, f"ws{i}", "x", HandoffAccess(w, i)) for i, w in enumerate(wss)])
     with pytest.raises(HandoffError, match=message) as info:
-        insert_handoff_flags(bs)
+        insert_handoff_flags(bs, A2A3)
     assert isinstance(info.value, SyncError)
     if case != "too deep":
         assert info.value.loc == SourceLoc("kernel.py", 7)
+
+
+def test_flag_budget_is_the_machines():
+    """The flag count and a counter's capacity come from the MachineSpec given, not from the pass."""
+    small = dataclasses.replace(A2A3, cross_core={"flags": 4, "max_pending_sets": 2})
+
+    def handoffs(n, depth=1):
+        wss = [buf(f"ws{i}", depth=depth) for i in range(n)]
+        return blocks([load(CUBE_TILES, "a", f"ws{i}", HandoffAccess(w, i)) for i, w in enumerate(wss)],
+                      [store(VEC_TILES, f"ws{i}", "x", HandoffAccess(w, i)) for i, w in enumerate(wss)])
+
+    bs = handoffs(2)
+    insert_handoff_flags(bs, small)
+    assert {s.flag for b in bs for s in walk(b.body) if isinstance(s, (CrossCoreSetFlag, CrossCoreWaitFlag))} \
+        == {0, 1, 2, 3}
+    with pytest.raises(HandoffError, match="3 cube<->vector handoff buffers need 6 cross-core flags; the machine has 4"):
+        insert_handoff_flags(handoffs(3), small)
+    with pytest.raises(HandoffError, match="workspace ws0 has 3 slots; a cross-core flag counts at most 2 sets"):
+        insert_handoff_flags(handoffs(1, depth=3), small)
+    insert_handoff_flags(handoffs(3), A2A3)          # the same kernels fit a2a3's 16 flags
+    insert_handoff_flags(handoffs(1, depth=3), A2A3)

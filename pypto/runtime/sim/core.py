@@ -36,7 +36,7 @@ import torch
 from ...errors import SimError
 from ...ir import gm_bounds
 from .functional import execute, gm_index, make_views, operand_shapes
-from .program import BARRIER, INSTR, SET, WAIT, XSET, XWAIT, CROSS_CORE_FLAGS
+from .program import BARRIER, INSTR, SET, WAIT, XSET, XWAIT
 from .timing import NPIPES, PIPES, S_PIPE
 
 POISON = 0xFF
@@ -80,7 +80,8 @@ class CoreRun:
         self.npending = 0
         self.draining = [False] * NPIPES
         self.flags: dict = {}
-        self.xq = [deque() for _ in range(CROSS_CORE_FLAGS)]
+        self.xq = [deque() for _ in range(state.spec.cross_core_flags)]
+        self.max_xsets = state.spec.cross_core_max_pending      # sets a flag holds before a wait takes one
         self.xin = None          # on the cube core of a cluster: per flag, per vector sub-block
         self.partners: list = []
         self.sub = 0
@@ -375,8 +376,8 @@ class CoreRun:
 
     def post_cross(self, f, t, snap, setops):
         q = self.xq[f]
-        if len(q) >= CROSS_CORE_FLAGS:
-            raise SimError(f"cross-core flag {f} of {self.core.name} set more than {CROSS_CORE_FLAGS} times "
+        if len(q) >= self.max_xsets:
+            raise SimError(f"cross-core flag {f} of {self.core.name} set more than {self.max_xsets} times "
                            f"without a wait\n  by {setops[-1].where()}\n  first unwaited set by "
                            f"{q[0][2][-1].where()}", loc=setops[-1].loc)
         q.append((t, snap, setops))

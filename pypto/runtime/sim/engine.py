@@ -10,7 +10,6 @@ from ...errors import SimError
 from ...ir.block import BLOCK_IDX, BLOCK_NUM, SUBBLOCK_IDX, CoreType
 from .core import Core, CoreRun
 from .gm import GlobalMemory
-from .program import CROSS_CORE_FLAGS
 from .timing import sim_params
 
 QUANTUM = 64            # statements a core issues per turn
@@ -79,7 +78,7 @@ class Unit:
         if len(runs) > 1 and runs[0].cb.core == CoreType.AIC:
             cube, vecs = runs[0], runs[1:]
             cube.partners = vecs
-            cube.xin = [[deque() for _ in vecs] for _ in range(CROSS_CORE_FLAGS)]
+            cube.xin = [[deque() for _ in vecs] for _ in range(state.spec.cross_core_flags)]
             for v in vecs:
                 v.partners = [cube]
         self.runs = runs

@@ -23,7 +23,6 @@ INSTR, SET, WAIT, BARRIER, XSET, XWAIT = range(6)
 
 SPACES_OF = {CoreType.AIV: (MemSpace.UB,),
              CoreType.AIC: (MemSpace.L1, MemSpace.L0A, MemSpace.L0B, MemSpace.L0C)}
-CROSS_CORE_FLAGS = 16
 MATMUL_SPACES = (MemSpace.L0C, MemSpace.L0A, MemSpace.L0B)
 
 
@@ -256,8 +255,8 @@ class CompiledBlock:
             cop.pipe_enum = Pipe(s.pipe)
             cop.pipe = PIPE_INDEX[cop.pipe_enum]
             cop.flag = int(s.flag)
-            if not 0 <= cop.flag < CROSS_CORE_FLAGS:
-                raise self._err(cop, f"cross-core flag {s.flag} is outside 0..{CROSS_CORE_FLAGS - 1}")
+            if not 0 <= cop.flag < self.spec.cross_core_flags:
+                raise self._err(cop, f"cross-core flag {s.flag} is outside 0..{self.spec.cross_core_flags - 1}")
         cop.op = text.split(" ")[0]
         return cop
 

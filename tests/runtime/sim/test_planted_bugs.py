@@ -86,6 +86,29 @@ def test_a_cross_core_flag_one_vector_sub_block_never_sets_names_the_other_set()
         sim.run_kernel(bad, _matmul_relu_args())
 
 
+
+def test_the_cross_core_flag_budget_is_the_machines():
+    """Flag ids and a flag counter's capacity come from the MachineSpec the simulator runs."""
+    import dataclasses
+
+    from pypto.ir.block import CrossCoreWaitFlag
+    from pypto.machine import load_machine
+    from pypto.testing import kernels as S
+    a2a3 = load_machine("a2a3")
+    k = S.matmul_relu_kernel(64, 256, 64, 64, 64, 32)     # flags 0 and 1, four tiles handed over
+    args = {"a": torch.randn(64, 64).half(), "b": torch.randn(64, 256).half(), "ws": torch.empty(64, 256),
+            "out": torch.empty(64, 256, dtype=torch.float16)}
+    one_flag = dataclasses.replace(a2a3, cross_core={"flags": 1, "max_pending_sets": 16})
+    with pytest.raises(SimError, match=r"cross-core flag 1 is outside 0\.\.0"):
+        sim.run_kernel(k, args, machine=one_flag)
+    greedy = _without(k, lambda b, s: isinstance(s, CrossCoreWaitFlag) and b.core == CoreType.AIC)
+    shallow = dataclasses.replace(a2a3, cross_core={"flags": 16, "max_pending_sets": 2})
+    with pytest.raises(SimError, match=r"cross-core flag 1 of AIC0 set more than 2 times without a wait"):
+        sim.run_kernel(greedy, args, machine=shallow)
+    with pytest.raises(SimError, match=r"cross-core flag 1 of AIC0 was set and never waited"):
+        sim.run_kernel(greedy, args, machine=a2a3)      # a2a3's counter holds all four; the end check finds them
+
+
 # ---------------------------------------------------------------------------------------- the examples
 CASES = list(P.CASES)
 NEVER_RUN = {"tile/flash_attention": 180}      # tails of the skewed key loop whose guards no trip count meets
