@@ -43,6 +43,11 @@ InstrSpec fields (all but the first four have defaults):
   domain     per source operand (tiles, then the scalar) the values it is defined on: "any" |
              "positive" | "nonzero" | "mask" | "int" (an integer scalar); missing ones are "any"
   attrs      attribute name -> allowed values (e.g. {"cmp": CMP_MODES}); the first is the default
+  commutative  its two tile sources may be swapped (the vector lowering puts a broadcast operand second)
+  scalar_forms (tile-op-scalar, scalar-op-tile): the "t,t,s" instructions computing it with one scalar
+             source (TSUB: TSUBS, TRSUBS); empty when there are none
+  expand_forms (row-expand, col-expand): the instructions computing it with src1 a column [R, 1] or a
+             row [1, C] broadcast against a full src0 (TADD: TROWEXPANDADD, TCOLEXPANDADD); empty if none
 """
 from __future__ import annotations
 
@@ -118,6 +123,9 @@ class InstrSpec:
     result: str = "same"
     domain: tuple[str, ...] = ()
     attrs: dict = field(default_factory=dict)
+    commutative: bool = False
+    scalar_forms: tuple[str, str] | tuple[()] = ()
+    expand_forms: tuple[str, str] | tuple[()] = ()
 
     def __post_init__(self):
         if self.cpp is None:
@@ -153,16 +161,26 @@ _S_ROW = (0, 1)                  # pto-isa's TBinSOps (TADDS, TMULS, ...) wants 
 _NZ, _P = ("any", "nonzero"), ("positive",)
 
 # binary elementwise
-_add(InstrSpec("TADD", "t,t,t", "elementwise", _ew(torch.add)),
-     InstrSpec("TSUB", "t,t,t", "elementwise", _ew(torch.sub)),
-     InstrSpec("TMUL", "t,t,t", "elementwise", _ew(torch.mul)),
-     InstrSpec("TMAX", "t,t,t", "elementwise", _ew(torch.maximum)),
-     InstrSpec("TMIN", "t,t,t", "elementwise", _ew(torch.minimum)),
-     InstrSpec("TAND", "t,t,t", "elementwise", sem.bitwise(torch.bitwise_and), dtypes="int"),
-     InstrSpec("TOR", "t,t,t", "elementwise", sem.bitwise(torch.bitwise_or), dtypes="int"),
-     InstrSpec("TDIV", "t,t,t", "transcendental", _ew(torch.div), domain=_NZ),
+def _expands(n: str) -> tuple[str, str]:
+    return f"TROWEXPAND{n}", f"TCOLEXPAND{n}"
+
+
+_add(InstrSpec("TADD", "t,t,t", "elementwise", _ew(torch.add), commutative=True, scalar_forms=("TADDS", "TADDS"),
+               expand_forms=_expands("ADD")),
+     InstrSpec("TSUB", "t,t,t", "elementwise", _ew(torch.sub), scalar_forms=("TSUBS", "TRSUBS"),
+               expand_forms=_expands("SUB")),
+     InstrSpec("TMUL", "t,t,t", "elementwise", _ew(torch.mul), commutative=True, scalar_forms=("TMULS", "TMULS"),
+               expand_forms=_expands("MUL")),
+     InstrSpec("TMAX", "t,t,t", "elementwise", _ew(torch.maximum), commutative=True,
+               scalar_forms=("TMAXS", "TMAXS"), expand_forms=_expands("MAX")),
+     InstrSpec("TMIN", "t,t,t", "elementwise", _ew(torch.minimum), commutative=True,
+               scalar_forms=("TMINS", "TMINS"), expand_forms=_expands("MIN")),
+     InstrSpec("TAND", "t,t,t", "elementwise", sem.bitwise(torch.bitwise_and), dtypes="int", commutative=True),
+     InstrSpec("TOR", "t,t,t", "elementwise", sem.bitwise(torch.bitwise_or), dtypes="int", commutative=True),
+     InstrSpec("TDIV", "t,t,t", "transcendental", _ew(torch.div), domain=_NZ, scalar_forms=("TDIVS", "TRDIVS"),
+               expand_forms=_expands("DIV")),
      InstrSpec("TPOW", "t,t,t", "transcendental", _ew(torch.pow), dtypes="float", domain=("positive",),
-               cpp=Spelling("TPOW", ("d", "a", "b", "tmp"))),
+               cpp=Spelling("TPOW", ("d", "a", "b", "tmp")), scalar_forms=("TPOWS", "TRPOWS")),
      InstrSpec("TREM", "t,t,t", "elementwise", _ew(sem.remainder), domain=_NZ, ext=True))
 # tile-scalar
 _add(InstrSpec("TADDS", "t,t,s", "elementwise", _ts(lambda x, s: x + s), row_major=_S_ROW),

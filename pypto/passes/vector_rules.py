@@ -18,17 +18,12 @@ import math
 
 from .. import dtypes
 from ..errors import CompileError
+from ..ir.isa import ISA
 from ..ops.registry import REGISTRY
 from .iterspace import op_class, reduce_dims
 
 F32 = dtypes.float32
 
-EXPANDABLE = {"TADD": "ADD", "TSUB": "SUB", "TMUL": "MUL", "TDIV": "DIV", "TMAX": "MAX", "TMIN": "MIN"}
-COMMUTATIVE = {"TADD", "TMUL", "TMAX", "TMIN", "TAND", "TOR"}
-# tile-op-scalar, scalar-op-tile
-SCALAR_FORMS = {"TADD": ("TADDS", "TADDS"), "TSUB": ("TSUBS", "TRSUBS"), "TMUL": ("TMULS", "TMULS"),
-                "TDIV": ("TDIVS", "TRDIVS"), "TMAX": ("TMAXS", "TMAXS"), "TMIN": ("TMINS", "TMINS"),
-                "TPOW": ("TPOWS", "TRPOWS")}
 CMP_SWAP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
 # reductions: row instr, col instr, combine instr (two-level), identity
 REDUCE = {"sum": ("TROWSUM", "TCOLSUM", "TADD", 0.0), "prod": ("TROWPROD", "TCOLPROD", "TMUL", 1.0),
@@ -102,8 +97,8 @@ def binary(b, instr, x, y, compute_dtype, out_dtype, attrs=None):
             form = "TCMPS"
             if not tile_first:
                 attrs["cmp"] = CMP_SWAP[attrs["cmp"]]
-        elif instr in SCALAR_FORMS:
-            form = SCALAR_FORMS[instr][0 if tile_first else 1]
+        elif ISA[instr].scalar_forms:
+            form = ISA[instr].scalar_forms[0 if tile_first else 1]
         if form is not None:
             dst = b.like(t, out_dtype, "v")
             b.emit(form, [dst, t, s_op[1]], attrs)
@@ -115,12 +110,13 @@ def binary(b, instr, x, y, compute_dtype, out_dtype, attrs=None):
     r, col = _out_presence(b, a, c)
     pa, pc = b.presence[a], b.presence[c]
     full = (r, col)
-    if pa != full and pc == full and instr in COMMUTATIVE:
+    spec = ISA[instr]
+    if pa != full and pc == full and spec.commutative:
         a, c, pa, pc = c, a, pc, pa
     dst = b.new_tile(out_dtype, r, col, "v")
-    if pa == full and pc != full and instr in EXPANDABLE and pc in ((r, False), (False, col)) and (r and col):
-        kind = "TROWEXPAND" if pc == (True, False) else "TCOLEXPAND"
-        b.emit(kind + EXPANDABLE[instr], [dst, a, c], attrs)
+    if pa == full and pc != full and spec.expand_forms and pc in ((r, False), (False, col)) and (r and col):
+        row_expand, col_expand = spec.expand_forms
+        b.emit(row_expand if pc == (True, False) else col_expand, [dst, a, c], attrs)
         return dst
     a, c = expand(b, a, r, col), expand(b, c, r, col)
     b.emit(instr, [dst, a, c], attrs)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..ir.isa import ISA
+
 
 @dataclass(frozen=True)
 class TileOpDef:
@@ -30,11 +32,9 @@ class TileOpDef:
 
 _BINARY = {"add": "TADD", "sub": "TSUB", "mul": "TMUL", "div": "TDIV", "maximum": "TMAX", "minimum": "TMIN",
            "pow": "TPOW"}
-_COMMUTATIVE = {"add", "mul", "maximum", "minimum"}
-_ROW = {"add": "TROWEXPANDADD", "sub": "TROWEXPANDSUB", "mul": "TROWEXPANDMUL", "div": "TROWEXPANDDIV",
-        "maximum": "TROWEXPANDMAX", "minimum": "TROWEXPANDMIN"}
-_COL = {"add": "TCOLEXPANDADD", "sub": "TCOLEXPANDSUB", "mul": "TCOLEXPANDMUL", "div": "TCOLEXPANDDIV",
-        "maximum": "TCOLEXPANDMAX", "minimum": "TCOLEXPANDMIN"}
+# [R, C] op [R, 1] and [R, C] op [1, C]: the binary instruction's broadcast forms (its ISA entry)
+_ROW = {n: ISA[pto].expand_forms[0] for n, pto in _BINARY.items() if ISA[pto].expand_forms}
+_COL = {n: ISA[pto].expand_forms[1] for n, pto in _BINARY.items() if ISA[pto].expand_forms}
 _SCALAR = {"adds": "TADDS", "subs": "TSUBS", "rsubs": "TRSUBS", "muls": "TMULS", "divs": "TDIVS", "rdivs": "TRDIVS",
            "maxs": "TMAXS", "mins": "TMINS", "pows": "TPOWS", "rpows": "TRPOWS"}
 _UNARY = {"exp": "TEXP", "log": "TLOG", "sqrt": "TSQRT", "rsqrt": "TRSQRT", "recip": "TRECIP", "abs": "TABS",
@@ -51,7 +51,7 @@ def _defs(family, table):
 
 
 OPS: dict[str, TileOpDef] = {}
-OPS |= {n: TileOpDef(n, "binary", pto, n in _COMMUTATIVE) for n, pto in _BINARY.items()}
+OPS |= {n: TileOpDef(n, "binary", pto, ISA[pto].commutative) for n, pto in _BINARY.items()}
 OPS |= {f"{n}_row": TileOpDef(f"{n}_row", "rowexp", _ROW[n]) for n in _ROW}
 OPS |= {f"{n}_col": TileOpDef(f"{n}_col", "colexp", _COL[n]) for n in _COL}
 OPS |= _defs("scalar", _SCALAR)
