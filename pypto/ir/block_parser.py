@@ -526,7 +526,10 @@ class _Parser:
             tree = ast.parse(text, mode="eval").body
         except SyntaxError as e:
             raise self.error(f"bad expression '{text}': {e.msg}", line, col + (e.offset or 1) - 1) from None
-        return _Expr(self, text, line, col).build(tree)
+        value = _Expr(self, text, line, col).build(tree)
+        if isinstance(value, tuple):
+            raise self.error(f"expected a scalar, got the tuple '{text}'", line, col)
+        return value
 
     def value(self, text: str, line: _Line, col: int):
         """An attribute value (see the module docstring)."""
@@ -619,12 +622,20 @@ class _Expr:
         elif isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
             rel = _COMPARE[type(node.ops[0])]
             make, args = (lambda a, b, ev: rel(a, b, evaluate=ev)), [self.build(node.left), self.build(node.comparators[0])]
+        elif isinstance(node, ast.Tuple):                # a (value, condition) pair of a Piecewise
+            return tuple(self.build(e) for e in node.elts)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
             fn = _SYMPY_NAMES.get(node.func.id)
-            if not isinstance(fn, type) or not issubclass(fn, sympy.Basic):
-                raise self.error(f"unknown function '{node.func.id}'", node)
             args = [self.build(a) for a in node.args]
-            make = lambda *a: fn(*a[:-1], evaluate=a[-1])
+            if isinstance(fn, type) and issubclass(fn, sympy.Basic):
+                make = lambda *a: fn(*a[:-1], evaluate=a[-1])
+            elif callable(fn) and node.func.id not in self.p.symbols:    # sqrt, root: plain functions
+                try:
+                    return fn(*args)
+                except (TypeError, ValueError) as e:
+                    raise self.error(f"bad expression '{segment}': {e}", node) from None
+            else:
+                raise self.error(f"unknown function '{node.func.id}'", node)
         else:
             raise self.error(f"unsupported expression '{ast.get_source_segment(self.text, node)}'", node)
         try:
