@@ -330,8 +330,8 @@ class _Parser:
         space_col = cur.next_col()
         space = cur.word("a memory space")
         if space not in {s.value for s in MemSpace} or space == "gm":
-            cur.error(f"unknown on-chip memory space '{space}' ({', '.join(s.value for s in MemSpace if s.value != 'gm')})",
-                      space_col)
+            on_chip = ", ".join(s.value for s in MemSpace if s is not MemSpace.GM)
+            cur.error(f"unknown on-chip memory space '{space}' ({on_chip})", space_col)
         dt_col = cur.next_col()
         dtype = self.dtype(cur.word("a dtype"), line, dt_col)
         shape_text, shape_col = cur.bracketed("[")
@@ -621,7 +621,8 @@ class _Expr:
             make, args = _UNARY[type(node.op)], [self.build(node.operand)]
         elif isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
             rel = _COMPARE[type(node.ops[0])]
-            make, args = (lambda a, b, ev: rel(a, b, evaluate=ev)), [self.build(node.left), self.build(node.comparators[0])]
+            args = [self.build(node.left), self.build(node.comparators[0])]
+            make = lambda a, b, ev: rel(a, b, evaluate=ev)
         elif isinstance(node, ast.Tuple):                # a (value, condition) pair of a Piecewise
             return tuple(self.build(e) for e in node.elts)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:

@@ -13,14 +13,16 @@ from pathlib import Path
 
 import pytest
 import sympy
+import torch
 
 from pypto import dtypes
 from pypto.errors import SourceLoc
-from pypto.ir.block import (BLOCK_IDX, Block, CoreType, CrossCoreSetFlag, CrossCoreWaitFlag, For, GMParam,
+from pypto.ir.block import (BLOCK_IDX, BLOCK_NUM, Block, CoreType, CrossCoreSetFlag, CrossCoreWaitFlag, For, GMParam,
                             GMRegion, If, Instr, Kernel, PipeBarrier, SetFlag, TileDecl, WaitFlag, instr)
 from pypto.ir.block_parser import BlockTextError, parse_block, parse_kernel
 from pypto.ir.block_printer import print_block, print_kernel
 from pypto.ir.isa import MemSpace, Pipe
+from pypto.testing import instructions
 from pypto.testing import kernels as hand_built
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,7 +70,7 @@ def _hand_built_kernels():
         yield hand_built.rms_norm(dt)
         yield hand_built.matmul(dt)
         yield hand_built.matmul_relu(dt)
-        yield hand_built.every_op(dt)[0]
+        yield instructions.vector_kernel(dt)[0]
     yield hand_built.scale_rows()
 
 
@@ -86,8 +88,9 @@ def test_tensor_level_programs_round_trip():
     assert count >= len(TENSOR_PROGRAMS)
 
 
-def _run_capturing_kernels(scripts, monkeypatch) -> list[Kernel]:
-    """Run example scripts as ``python script``; every Kernel built while they run (every stage)."""
+@contextlib.contextmanager
+def kernels_built(monkeypatch):
+    """Every Kernel constructed inside the block (every stage of every compilation)."""
     built = []
     init = Kernel.__init__
 
@@ -95,11 +98,19 @@ def _run_capturing_kernels(scripts, monkeypatch) -> list[Kernel]:
         init(self, *args, **kwargs)
         built.append(self)
     monkeypatch.setattr(Kernel, "__init__", recording_init)
-    for script in scripts:
-        monkeypatch.setattr(sys, "argv", [script])
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
-            runpy.run_path(str(ROOT / script), run_name="__main__")
-    monkeypatch.setattr(Kernel, "__init__", init)
+    try:
+        yield built
+    finally:
+        monkeypatch.setattr(Kernel, "__init__", init)
+
+
+def _run_capturing_kernels(scripts, monkeypatch) -> list[Kernel]:
+    """Run example scripts as ``python script``; the Kernels built while they run."""
+    with kernels_built(monkeypatch) as built:
+        for script in scripts:
+            monkeypatch.setattr(sys, "argv", [script])
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+                runpy.run_path(str(ROOT / script), run_name="__main__")
     return built
 
 
@@ -125,6 +136,22 @@ def test_every_example_kernel_round_trips(monkeypatch):
         assert_round_trip(k)
 
 
+@pytest.mark.slow
+def test_gdn_kernels_round_trip(monkeypatch):
+    """The Gated DeltaNet kernels (models/qwen3_next), Professional mode and Tensor level, at a small size."""
+    from models.qwen3_next.functional import chunk_gated_delta_rule
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(1, 64, 1, 128, generator=g) for _ in range(2))
+    v = torch.randn(1, 64, 2, 128, generator=g)
+    decay, beta = -torch.rand(1, 64, 2, generator=g), torch.rand(1, 64, 2, generator=g)
+    with kernels_built(monkeypatch) as built:
+        for impl in ("pro", "tensor"):
+            chunk_gated_delta_rule(q, k, v, decay, beta, use_qk_l2norm_in_kernel=True, backend="sim", impl=impl)
+    assert any(k.name.startswith("gdn_chunk_pro") for k in built) and len(built) > 10
+    for kernel in built:
+        assert_round_trip(kernel)
+
+
 def test_every_construct_round_trips():
     """Each field the printer writes and the parser reads, in one kernel: layouts, addresses, valid shapes,
     buffers, clipped regions, attrs (internal '_' ones included), loop attrs, symbol kinds, locations."""
@@ -144,16 +171,18 @@ def test_every_construct_round_trips():
                 WaitFlag(Pipe.V, Pipe.MTE2, 0),
                 instr("TLOAD", ["a", GMRegion("x", (16 * i, 0), clipped=True)], T, {"_xc": (0, 1, "w", "all")}, here),
                 If(sympy.Eq(sympy.Mod(i, 2), 0), [PipeBarrier(Pipe.V, here)],
-                   [instr("TMULS", ["a", "a", n * odd + sympy.sqrt(n) / 2], T, {"note": "two words", "k": [1, 2.5, None]}),
-                    If(sympy.And(i < 2, n > 1), [instr("TADDS", ["a", "a", sympy.Piecewise((i, i < 3), (rows, True))], T)])],
+                   [instr("TMULS", ["a", "a", n * odd + sympy.sqrt(n) / 2], T,
+                          {"note": "two words", "k": [1, 2.5, None]}),
+                    If(sympy.And(i < 2, n > 1),
+                       [instr("TADDS", ["a", "a", sympy.Piecewise((i, i < 3), (rows, True))], T)])],
                    here),
                 For(j, i, i + 2, 1, [instr("TADDS", ["a2", "a2", -1e-06], T, {"tmp": "a"})], {"unroll": 2}),
                 SetFlag(Pipe.V, Pipe.MTE2, 0)], {"pipeline": 2}, here),
             WaitFlag(Pipe.V, Pipe.MTE2, 0),
             instr("TSTORE", [GMRegion("y", (0, n)), "a"], T),
             CrossCoreSetFlag(Pipe.MTE3, 3, here), CrossCoreWaitFlag(Pipe.V, 4)]
-    blk = Block("every", CoreType.AIV, [GMParam("x", dtypes.float16, (rows, 64)), GMParam("y", dtypes.float16, (rows * 2, n))],
-                [n], tiles, body, here)
+    gm = [GMParam("x", dtypes.float16, (rows, 64)), GMParam("y", dtypes.float16, (rows * 2, n))]
+    blk = Block("every", CoreType.AIV, gm, [n], tiles, body, here)
     kernel = Kernel("every", [blk], here)
     assert_round_trip(kernel)
     text = print_kernel(kernel)
@@ -190,7 +219,7 @@ def test_hand_written_text():
     assert blk.scalar_params == [s]
     assert blk.tiles == [TileDecl("t", MemSpace.UB, dtypes.float32, (16, 128), 0, (sympy.Min(16, n - 16 * i), 128))]
     (loop,) = blk.body
-    assert (loop.var, loop.start, loop.stop, loop.step) == (i, BLOCK_IDX, sympy.ceiling(n / 16), sympy.Symbol("block_num", integer=True, positive=True))
+    assert (loop.var, loop.start, loop.stop, loop.step) == (i, BLOCK_IDX, sympy.ceiling(n / 16), BLOCK_NUM)
     assert loop.loc == SourceLoc("scale.py", 4, "", None)
     load, set_, wait, mul = loop.body[:4]
     assert load == Instr("TLOAD", ["t", GMRegion("x", (16 * i, 0))], Pipe.MTE2, {}, SourceLoc("scale.py", 5, "", 9))
