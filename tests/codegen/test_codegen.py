@@ -16,8 +16,9 @@ from pypto.errors import CompileError
 from pypto.ir.block import (Block, CoreType, For, GMParam, GMRegion, Kernel, SetFlag, TileDecl,
                             WaitFlag)
 from pypto.ir.execution import Buffer, ExecutionGraph, Task
-from pypto.ir.isa import MemSpace, Pipe
+from pypto.ir.isa import ISA, MemSpace, Pipe
 from pypto.symbolic import ceildiv, floordiv, index_symbol, smax, smin, symbol
+from pypto.testing import instructions
 from pypto.testing import kernels as ck
 
 F32, F16 = dtypes.float32, dtypes.float16
@@ -129,19 +130,40 @@ def test_cube_vector_kernel_file():
     assert abi.has_cube and abi.has_vector
 
 
-def test_transposed_load_and_ext_instructions():
-    kernel, _ = ck.every_op(F32)
-    src, _ = kernel_source(kernel)
+def test_transposed_load():
+    t = TileDecl("a", MemSpace.UB, F32, (32, 32), 0, (29, 13))
+    body = [_with([t])("TLOAD", "a", GMRegion("a", (0, 0)), trans=True)]
+    src, _ = kernel_source(_block(body, [t], [GMParam("a", F32, (32, 32))]))
     assert "using a_1_gm_t = GlobalTensor<float, Shape<1, 1, 1, DYNAMIC, DYNAMIC>, Stride<1, 1, 1, 1, DYNAMIC>, " \
            "Layout::DN>;" in src
     # tiles keep their names; a GM tensor of the same name gets a suffix
-    assert "pypto::gm_box_t<a_1_gm_t>(a_1, a_1_dims, {0, 0}, at," in src
-    assert "pypto::TSIGMOID(d, a);" in src and "pypto::TROWCUMSUM(d, a);" in src
-    assert "pypto::TRSUBS(d, a, 0.75f);" in src and "TDIVS(d, 3.0f, nz);" in src      # TRDIVS: pto-isa order
-    assert "pypto::TARANGE(d, -2.0f, 0);" in src and "pypto::TTRIU(d, -2);" in src
-    assert "TCMPS(dbool, a, 0.25f, CmpMode::GT);" in src and "TSEL(d, m, a, b, tmp" in src
-    src_i, _ = kernel_source(ck.every_op(dtypes.int32)[0])
-    assert "TMULS(d, a, -3);" in src_i and "TEXPANDS(d, 5);" in src_i
+    assert "pypto::gm_box_t<a_1_gm_t>(a_1, a_1_dims, {0, 0}, a," in src
+
+
+@pytest.mark.parametrize("dtype", [F32, dtypes.int32], ids=str)
+def test_every_instruction_is_spelled_from_its_entry(dtype):
+    """Each case of the table-generated kernel prints its entry's callee (pypto:: for ext ones)."""
+    kernel, cases = instructions.vector_kernel(dtype)
+    src, _ = kernel_source(kernel)
+    calls: dict = {}
+    for line in src.splitlines():
+        code, _, where = line.strip().partition("  // every_instruction.py:")
+        calls.setdefault(where, []).append(code)
+    for line, case in enumerate(cases, start=2):          # vector_kernel puts case k at line k + 2
+        callee = ISA[case.op].cpp.callee
+        assert any(c.startswith(callee + "(") for c in calls[str(line)]), (case.name, calls[str(line)])
+
+
+def test_instruction_spellings_that_differ_from_block_ir():
+    src, _ = kernel_source(instructions.vector_kernel(F32)[0])
+    d, a, nz = "dst_ub_float32_13x29", "in_a_ub_float32_13x29", "in_nz_ub_float32_13x29"
+    assert f"pypto::TSIGMOID({d}, {a});" in src and f"pypto::TRSUBS({d}, {a}, 0.75f);" in src
+    assert f"TDIVS({d}, 0.75f, {nz});" in src                           # TRDIVS: pto-isa's operand order
+    assert f"pypto::TARANGE({d}, 0.75f, 0);" in src and f"pypto::TTRIU({d}, 1);" in src
+    assert f"TCMPS(dst_ub_bool_13x29, {a}, 0.75f, CmpMode::GT);" in src
+    assert re.search(rf"TSEL\({d}, in_m_ub_bool_13x29, {a}, in_b_ub_float32_13x29, tmp\d*\);", src)
+    src_i, _ = kernel_source(instructions.vector_kernel(dtypes.int32)[0])
+    assert "TMULS(dst_ub_int32_13x29, in_a_ub_int32_13x29, 3);" in src_i and "TEXPANDS(dst_ub_int32_13x29, 3);" in src_i
 
 
 def test_scalar_parameters_and_real_scalars():

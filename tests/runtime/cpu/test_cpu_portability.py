@@ -13,6 +13,7 @@ import pytest
 from pypto import dtypes
 from pypto.codegen import generate_module
 from pypto.runtime.cpu import compiler
+from pypto.testing import instructions
 from pypto.testing import kernels as ck
 
 TARGETS = ["x86-64", "x86-64-v3"]     # baseline SSE2 and AVX2 (this host: every other test)
@@ -21,7 +22,7 @@ TARGETS = ["x86-64", "x86-64-v3"]     # baseline SSE2 and AVX2 (this host: every
 def module_files():
     ks = [ck.matmul_relu(dtypes.float16)]
     for dt in (dtypes.float32, dtypes.float16, dtypes.bfloat16):
-        ks += [ck.softmax_rows(dt), ck.rms_norm(dt), ck.matmul(dt), ck.every_op(dt)[0]]
+        ks += [ck.softmax_rows(dt), ck.rms_norm(dt), ck.matmul(dt), instructions.vector_kernel(dt)[0]]
     return generate_module(ks).files
 
 
