@@ -112,6 +112,11 @@ class CompileError(PyptoError):
     """A pass or a backend could not compile the program."""
 
 
+class MemoryPlanError(CompileError):
+    """On-chip tiles that cannot be placed: past a memory's capacity, misaligned, or sharing bytes with
+    another live tile."""
+
+
 class SyncError(CompileError):
     """Automatic synchronisation could not be built (e.g. more event ids than the machine has)."""
 

@@ -1,7 +1,7 @@
 """Compiling a traced tile program: clean-ups, placement, Block IR per core type (with unrolling and
 software pipelining), on-chip memory planning, pipe synchronisation and cross-core flags — the same
-Block IR the Tensor level uses; liveness comes from pypto.passes.memory, pipe sync is the shared pass
-pypto.passes.pipe_sync, the verifier is pypto.ir.block_verify.
+Block IR the Tensor level uses; memory planning is the shared pass pypto.passes.memory (its "pools"
+strategy), pipe sync the shared pass pypto.passes.pipe_sync, the verifier is pypto.ir.block_verify.
 
     traced KernelProgram --prepare--> --place--> Placement --emit--> Blocks --plan_memory--> addresses
         --synchronize--> set/wait flags --insert_handoff_flags--> Kernel (AIV, AIC or AIC + AIV cluster)
@@ -16,10 +16,10 @@ from ..errors import CompileError, SyncError
 from ..ir.block import Kernel
 from ..ir.block_verify import verify_kernel
 from ..passes.cross_core import insert_handoff_flags
+from ..passes.memory import plan_memory
 from ..passes.pipe_sync import block_resources, synchronize
 from ..sanitize import path_component
 from . import skew
-from .memory import plan as plan_tiles
 from .tile_graph import to_tile_graph
 from .emit import SideEmitter
 from .ir import KernelProgram, Loop
@@ -119,7 +119,7 @@ def _build(program, pl, machine, sides, stages, unroll, max_pool=4):
     for s in sides:
         em = SideEmitter(s, program, pl, machine, stages[s], unroll, slots)
         block = em.build(program.name)
-        used = plan_tiles(block, machine, _tile_locs(em, program), max_pool)
+        used = plan_memory(block, machine, strategy="pools", tile_loc=_tile_locs(em, program), max_pool=max_pool)
         peaks.update({f"{s}.{sp}": n for sp, n in used.items()})
         gm_alias = {v: b for b, _, _, v, _, _, _ in em.scratch}      # pt.reshape scratch: views of one tensor
         try:

@@ -9,6 +9,7 @@ import sympy
 from pypto import symbolic
 from pypto.ir.block import Block, CoreType, GMParam, Kernel, walk_instrs
 
+from .memory import check_user_addresses
 from .parser import Parser
 from .values import TensorValue
 
@@ -48,9 +49,8 @@ def compile_kernel(fn, name: str, tensors: dict, scalars: dict, consts: dict, *,
         blocks.append(Block(sec.name, core, list(gm_params), [], list(sec.tiles.values()), sec.body,
                             loc=parser.source.span(parser.source.tree).loc))
 
-    from .memcheck import check_live_overlaps
     for b in blocks:
-        check_live_overlaps(b, parser.sections[b.core])
+        check_user_addresses(b, parser.sections[b.core], machine)
 
     events = {}
     if not parser.manual_sync and auto_sync:

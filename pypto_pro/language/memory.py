@@ -1,9 +1,14 @@
-"""Tile placement: ``pl.make_tile`` and ``pl.make_tile_group`` (user addresses, checked against the machine),
-and GM workspace groups (cube <-> vector handoff buffers the launcher allocates per cluster)."""
+"""Tile placement: ``pl.make_tile`` and ``pl.make_tile_group`` (user addresses, checked against the machine
+where they are written), GM workspace groups (cube <-> vector handoff buffers the launcher allocates per
+cluster), and the check of a whole section's addresses by the shared memory pass (pypto.passes.memory:
+no two live tiles sharing bytes, the scratch tiles of reductions / select / transpose placed)."""
 from __future__ import annotations
 
+from pypto import errors
+from pypto.passes.memory import check_addresses, placement_problem
+
 from .dsl import dsl
-from .errors import MemoryPlanError
+from .errors import MemoryPlanError, Span
 from .types import MemorySpace, TileType
 from .values import Slot, TileGroup, TileValue, Workspace
 
@@ -13,20 +18,33 @@ def _align_up(n: int, a: int) -> int:
 
 
 def check_placement(parser, call, name: str, ttype: TileType, addr, at) -> None:
-    machine = parser.machine
     space = ttype.target_memory.ir_space
-    cap = machine.capacity[space.capacity_key]
-    if not isinstance(addr, int) or isinstance(addr, bool) or addr < 0:
-        raise call.error(f"a tile address is a compile-time int >= 0, found {addr!r}", at=at)
-    end = addr + ttype.nbytes
-    if end > cap:
+    problem = placement_problem(space, addr, ttype.nbytes, parser.machine)
+    if problem is None:
+        return
+    kind, why = problem
+    if kind == "capacity":
         raise call.error(f"tile '{name}' ({ttype.shape[0]}x{ttype.shape[1]} {ttype.dtype.name}, {ttype.nbytes} bytes) "
-                         f"at {addr:#x} ends at {end:#x}, beyond {ttype.target_memory} ({space.capacity_key}) "
-                         f"capacity {cap:#x} ({cap // 1024} KiB)", cls=MemoryPlanError,
-                         hint="use a smaller tile or a lower address")
-    if addr % machine.alignment:
-        raise call.error(f"tile '{name}' address {addr:#x} is not {machine.alignment}-byte aligned",
-                         cls=MemoryPlanError, at=at)
+                         f"{why}", cls=MemoryPlanError, hint="use a smaller tile or a lower address")
+    raise call.error(f"tile '{name}' {why}", cls=MemoryPlanError, at=at)
+
+
+def check_user_addresses(block, section, machine) -> None:
+    """The shared memory pass's check of one section's Block (user addresses), errors at the user's lines."""
+    slots = {}
+    for decl, slot in section.slot_of.items():
+        slots.setdefault(block.tile(decl).buffer_name, slot)
+    tile_loc = {b: s.span.loc for b, s in slots.items() if s.span is not None}
+    groups = {b: id(s.group) for b, s in slots.items() if s.group is not None}
+    try:
+        check_addresses(block, machine, tile_loc=tile_loc, groups=groups, names={b: s.name for b, s in slots.items()})
+    except errors.MemoryPlanError as e:
+        pair = getattr(e, "tiles", None)            # (earlier, later) declaration of two overlapping tiles
+        if pair:
+            span = slots[pair[1]].span
+        else:
+            span = Span(e.loc.file, e.loc.line, (e.loc.col or 1) - 1, None, e.loc.func) if e.loc else None
+        raise MemoryPlanError(e.message, span, e.hint) from None
 
 
 def _tile_type(call, v):
