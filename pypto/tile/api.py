@@ -321,7 +321,7 @@ def _unary(name: str):
 exp, log, sqrt, rsqrt, abs, neg, relu = (_unary(n) for n in ("exp", "log", "sqrt", "rsqrt", "abs", "neg", "relu"))
 tanh, sigmoid, erf, sin, cos = (_unary(n) for n in ("tanh", "sigmoid", "erf", "sin", "cos"))
 log1p, expm1, floor, ceil = (_unary(n) for n in ("log1p", "expm1", "floor", "ceil"))
-reciprocal = _unary("recip")
+reciprocal = _unary("reciprocal")
 
 
 def cast(x: Tile, dtype, *, round: str | None = None) -> Tile:    # noqa: A002

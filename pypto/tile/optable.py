@@ -37,9 +37,9 @@ _ROW = {n: ISA[pto].expand_forms[0] for n, pto in _BINARY.items() if ISA[pto].ex
 _COL = {n: ISA[pto].expand_forms[1] for n, pto in _BINARY.items() if ISA[pto].expand_forms}
 _SCALAR = {"adds": "TADDS", "subs": "TSUBS", "rsubs": "TRSUBS", "muls": "TMULS", "divs": "TDIVS", "rdivs": "TRDIVS",
            "maxs": "TMAXS", "mins": "TMINS", "pows": "TPOWS", "rpows": "TRPOWS"}
-_UNARY = {"exp": "TEXP", "log": "TLOG", "sqrt": "TSQRT", "rsqrt": "TRSQRT", "recip": "TRECIP", "abs": "TABS",
-          "neg": "TNEG", "relu": "TRELU", "tanh": "TTANH", "sigmoid": "TSIGMOID", "erf": "TERF", "sin": "TSIN",
-          "cos": "TCOS", "log1p": "TLOG1P", "expm1": "TEXPM1", "floor": "TFLOOR", "ceil": "TCEIL"}
+_UNARY = {"exp": "TEXP", "log": "TLOG", "sqrt": "TSQRT", "rsqrt": "TRSQRT", "reciprocal": "TRECIP",
+          "abs": "TABS", "neg": "TNEG", "relu": "TRELU", "tanh": "TTANH", "sigmoid": "TSIGMOID", "erf": "TERF",
+          "sin": "TSIN", "cos": "TCOS", "log1p": "TLOG1P", "expm1": "TEXPM1", "floor": "TFLOOR", "ceil": "TCEIL"}
 _REDUCE = {"rowsum": "TROWSUM", "rowmax": "TROWMAX", "rowmin": "TROWMIN",
            "colsum": "TCOLSUM", "colmax": "TCOLMAX", "colmin": "TCOLMIN"}
 ROW_REDUCTIONS = {"rowsum", "rowmax", "rowmin"}

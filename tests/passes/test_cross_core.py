@@ -322,7 +322,8 @@ def test_flag_budget_is_the_machines():
     insert_handoff_flags(bs, small)
     assert {s.flag for b in bs for s in walk(b.body) if isinstance(s, (CrossCoreSetFlag, CrossCoreWaitFlag))} \
         == {0, 1, 2, 3}
-    with pytest.raises(HandoffError, match="3 cube<->vector handoff buffers need 6 cross-core flags; the machine has 4"):
+    with pytest.raises(HandoffError, match="3 cube<->vector handoff buffers need 6 cross-core flags; the machine "
+                                           "has 4"):
         insert_handoff_flags(handoffs(3), small)
     with pytest.raises(HandoffError, match="workspace ws0 has 3 slots; a cross-core flag counts at most 2 sets"):
         insert_handoff_flags(handoffs(1, depth=3), small)

@@ -160,3 +160,12 @@ def test_dynamic_dims_bind_consistently():
         pt.store(B.tile((16, 64))[pt.program_id(0), 0], pt.load(A.tile((16, 64))[pt.program_id(0), 0]))
     with pytest.raises(ShapeError, match="dim 1 must be 64"):
         k[(1,)](torch.randn(16, 32).half(), torch.randn(16, 32).half())
+
+
+def test_a_float_op_on_an_int_tile_names_the_op_as_called():
+    def k(A, B):
+        a = pt.load(A.tile((64, 64))[0, 0])
+        pt.store(B.tile((64, 64))[0, 0], pt.reciprocal(a))   # MARK
+    ints = torch.ones(64, 64, dtype=torch.int32)
+    e = _raises(DTypeError, k, "MARK", ints, torch.empty_like(ints))
+    assert "pt.reciprocal: expected a floating tile, found i32" in str(e)

@@ -205,3 +205,23 @@ def test_programs_past_the_end_read_and_write_nothing(backend):
     Y = torch.zeros(20, 32)
     k[(4,)](X, Y)                        # 2 programs would do; programs 2 and 3 have empty tiles
     torch.testing.assert_close(Y, X + 1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unary_ops_named_as_in_torch(backend):
+    """pt.reciprocal and the other unary ops that carry torch's names compute what torch's do."""
+    names = ["reciprocal", "rsqrt", "erf", "sin", "cos", "log1p", "expm1", "floor", "ceil"]
+
+    @pt.kernel(backend=backend)
+    def k(X, O):
+        x = pt.load(X.tile((16, 32))[0, 0])
+        for n, name in enumerate(names):
+            pt.store(O.tile((16, 32))[n, 0], getattr(pt, name)(x))
+
+    torch.manual_seed(1)
+    X = torch.rand(16, 32) * 3 + 0.1                        # positive: every op's domain
+    O = torch.empty(16 * len(names), 32)
+    k[(1,)](X, O)
+    for n, name in enumerate(names):
+        torch.testing.assert_close(O[16 * n:16 * (n + 1)], getattr(torch, name)(X), rtol=1e-5, atol=1e-5,
+                                   msg=lambda m, name=name: f"pt.{name}: {m}")
