@@ -160,12 +160,12 @@ inline constexpr bool float_like = !std::is_integral_v<T>;
 template <class T>
 using calc = std::conditional_t<float_like<T>, float, int64_t>;
 
-// Element (r, c) of a vector tile (row-major on pypto's CPU header; layout-aware on pto-isa's).
+// Element (r, c) of a vector tile (pypto's CPU header stores plain vector tiles as pto-isa does).
 template <class T>
 inline size_t at(size_t r, size_t c)
 {
 #if defined(PYPTO_CPU_PTO)
-    return r * T::Cols + c;
+    return pto::cpu::offset<T>(r, c);
 #else
     return T::isRowMajor ? r * T::Cols + c : c * T::Rows + r;
 #endif
@@ -346,21 +346,19 @@ inline void TCOLPROD(TD& dst, TS& src)
 template <class TD, class TS>
 inline void TROWARGMAX(TD& dst, TS& src)
 {
-    static_assert(TS::isRowMajor || TS::Cols == 1, "TROWARGMAX reads row-major tiles");
     const size_t rows = src.GetValidRow(), cols = src.GetValidCol();
     for (size_t r = 0; r < rows; ++r)
         dst.data()[detail::at<TD>(r, 0)] = detail::store<typename TD::DType>(
-            cols ? detail::arg_extreme<true>(src.data() + detail::at<TS>(r, 0), cols, 1) : 0);
+            cols ? detail::arg_extreme<true>(src.data() + detail::at<TS>(r, 0), cols, detail::at<TS>(0, 1)) : 0);
 }
 
 template <class TD, class TS>
 inline void TCOLARGMAX(TD& dst, TS& src)
 {
-    static_assert(TS::isRowMajor || TS::Cols == 1, "TCOLARGMAX reads row-major tiles");
     const size_t rows = src.GetValidRow(), cols = src.GetValidCol();
     for (size_t c = 0; c < cols; ++c)
         dst.data()[detail::at<TD>(0, c)] = detail::store<typename TD::DType>(
-            rows ? detail::arg_extreme<true>(src.data() + c, rows, TS::Cols) : 0);
+            rows ? detail::arg_extreme<true>(src.data() + detail::at<TS>(0, c), rows, detail::at<TS>(1, 0)) : 0);
 }
 
 // Inclusive prefix sums along each row / down each column, accumulated in fp64 (int64), as torch does.

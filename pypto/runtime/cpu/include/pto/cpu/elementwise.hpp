@@ -1,5 +1,6 @@
 // pypto's CPU PTO: the loops every vector instruction is built from. An instruction works on the
-// destination tile's valid region; sources are read over the same region. Values are computed
+// destination tile's valid region; sources are read over the same region, each at its own
+// strides (tile.hpp: row-major, or a ColMajor vector tile's columns). Values are computed
 // in fp32 for fp16/bf16/fp32 tiles (64-bit for integers) and rounded to the destination type
 // once per instruction. Inner loops are contiguous and carry `ivdep` (a destination may be the
 // very same tile as a source, never a shifted one), so g++ vectorises them.
@@ -24,17 +25,17 @@ inline void map1(TD& dst, const TS& src, F f)
     const size_t cols = dst.GetValidCol();
     D* d = dst.data();
     const S* s = src.data();
-    if (cols == size_t(TD::Cols) && cols == size_t(TS::Cols)) {
+    if (rows_contiguous<TD, TS> && cols == size_t(TD::Cols) && cols == size_t(TS::Cols)) {
         const size_t n = rows * cols;
 #pragma GCC ivdep
         for (size_t i = 0; i < n; ++i) d[i] = f(s[i]);
         return;
     }
     for (size_t r = 0; r < rows; ++r) {
-        D* dr = d + r * TD::Cols;
-        const S* sr = s + r * TS::Cols;
+        D* dr = d + r * TD::RowStride;
+        const S* sr = s + r * TS::RowStride;
 #pragma GCC ivdep
-        for (size_t c = 0; c < cols; ++c) dr[c] = f(sr[c]);
+        for (size_t c = 0; c < cols; ++c) dr[c * TD::ColStride] = f(sr[c * TS::ColStride]);
     }
 }
 
@@ -50,18 +51,19 @@ inline void map2(TD& dst, const TA& a, const TB& b, F f)
     D* d = dst.data();
     const A* pa = a.data();
     const B* pb = b.data();
-    if (cols == size_t(TD::Cols) && cols == size_t(TA::Cols) && cols == size_t(TB::Cols)) {
+    if (rows_contiguous<TD, TA, TB> && cols == size_t(TD::Cols) && cols == size_t(TA::Cols) &&
+        cols == size_t(TB::Cols)) {
         const size_t n = rows * cols;
 #pragma GCC ivdep
         for (size_t i = 0; i < n; ++i) d[i] = f(pa[i], pb[i]);
         return;
     }
     for (size_t r = 0; r < rows; ++r) {
-        D* dr = d + r * TD::Cols;
-        const A* ar = pa + r * TA::Cols;
-        const B* br = pb + r * TB::Cols;
+        D* dr = d + r * TD::RowStride;
+        const A* ar = pa + r * TA::RowStride;
+        const B* br = pb + r * TB::RowStride;
 #pragma GCC ivdep
-        for (size_t c = 0; c < cols; ++c) dr[c] = f(ar[c], br[c]);
+        for (size_t c = 0; c < cols; ++c) dr[c * TD::ColStride] = f(ar[c * TA::ColStride], br[c * TB::ColStride]);
     }
 }
 
@@ -78,11 +80,11 @@ inline void map2_row_expand(TD& dst, const TA& a, const TB& b, F f)
     const A* pa = a.data();
     const B* pb = b.data();
     for (size_t r = 0; r < rows; ++r) {
-        D* dr = d + r * TD::Cols;
-        const A* ar = pa + r * TA::Cols;
-        const B br = pb[r * TB::Cols];
+        D* dr = d + r * TD::RowStride;
+        const A* ar = pa + r * TA::RowStride;
+        const B br = pb[r * TB::RowStride];
 #pragma GCC ivdep
-        for (size_t c = 0; c < cols; ++c) dr[c] = f(ar[c], br);
+        for (size_t c = 0; c < cols; ++c) dr[c * TD::ColStride] = f(ar[c * TA::ColStride], br);
     }
 }
 
@@ -99,10 +101,10 @@ inline void map2_col_expand(TD& dst, const TA& a, const TB& b, F f)
     const A* pa = a.data();
     const B* pb = b.data();
     for (size_t r = 0; r < rows; ++r) {
-        D* dr = d + r * TD::Cols;
-        const A* ar = pa + r * TA::Cols;
+        D* dr = d + r * TD::RowStride;
+        const A* ar = pa + r * TA::RowStride;
 #pragma GCC ivdep
-        for (size_t c = 0; c < cols; ++c) dr[c] = f(ar[c], pb[c]);
+        for (size_t c = 0; c < cols; ++c) dr[c * TD::ColStride] = f(ar[c * TA::ColStride], pb[c * TB::ColStride]);
     }
 }
 
@@ -115,8 +117,8 @@ inline void fill_indexed(TD& dst, F f)
     const size_t cols = dst.GetValidCol();
     D* d = dst.data();
     for (size_t r = 0; r < rows; ++r) {
-        D* dr = d + r * TD::Cols;
-        for (size_t c = 0; c < cols; ++c) dr[c] = f(r, c);
+        D* dr = d + r * TD::RowStride;
+        for (size_t c = 0; c < cols; ++c) dr[c * TD::ColStride] = f(r, c);
     }
 }
 

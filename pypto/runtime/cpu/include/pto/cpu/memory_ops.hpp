@@ -86,21 +86,23 @@ inline RecordEvent TLOAD(TD& dst, GT& src, Rest&...)
     const int64_t cs = src.GetStride(4);
     const D* g = src.data();
     D* t = dst.data();
-    if (cs == 1 && rs == int64_t(cols) && cols == size_t(TD::Cols)) {   // one contiguous block
-        std::memcpy(t, g, rows * cols * sizeof(D));
-        return {};
-    }
-    if (rs == 1 && cs > 0) {      // a transposed box: GM rows become tile columns
-        cpu::transpose_copy(g, size_t(cs), t, size_t(TD::Cols), rows, cols);
-        return {};
+    if constexpr (cpu::rows_contiguous<TD>) {
+        if (cs == 1 && rs == int64_t(cols) && cols == size_t(TD::Cols)) {   // one contiguous block
+            std::memcpy(t, g, rows * cols * sizeof(D));
+            return {};
+        }
+        if (rs == 1 && cs > 0) {      // a transposed box: GM rows become tile columns
+            cpu::transpose_copy(g, size_t(cs), t, size_t(TD::Cols), rows, cols);
+            return {};
+        }
     }
     for (size_t r = 0; r < rows; ++r) {
         const D* gr = g + int64_t(r) * rs;
-        D* tr = t + r * TD::Cols;
-        if (cs == 1) {
+        D* tr = t + r * TD::RowStride;
+        if (cpu::rows_contiguous<TD> && cs == 1) {
             std::memcpy(tr, gr, cols * sizeof(D));
         } else {
-            for (size_t c = 0; c < cols; ++c) tr[c] = gr[int64_t(c) * cs];
+            for (size_t c = 0; c < cols; ++c) tr[c * TD::ColStride] = gr[int64_t(c) * cs];
         }
     }
     return {};
@@ -119,7 +121,7 @@ inline RecordEvent TSTORE(GT& dst, TS& src, Rest&...)
     const int64_t cs = dst.GetStride(4);
     G* g = dst.data();
     const S* t = src.data();
-    if constexpr (std::is_same_v<G, S>) {
+    if constexpr (std::is_same_v<G, S> && cpu::rows_contiguous<TS>) {
         if (cs == 1 && rs == int64_t(cols) && cols == size_t(TS::Cols)) {   // one contiguous block
             std::memcpy(g, t, rows * cols * sizeof(S));
             return {};
@@ -127,19 +129,20 @@ inline RecordEvent TSTORE(GT& dst, TS& src, Rest&...)
     }
     for (size_t r = 0; r < rows; ++r) {
         G* gr = g + int64_t(r) * rs;
-        const S* tr = t + r * TS::Cols;
-        if constexpr (std::is_same_v<G, S>) {
+        const S* tr = t + r * TS::RowStride;
+        if constexpr (cpu::rows_contiguous<TS> && std::is_same_v<G, S>) {
             if (cs == 1) {
                 std::memcpy(gr, tr, cols * sizeof(S));
                 continue;
             }
-        } else if constexpr (cpu::bulk_convertible<G, S>) {
+        } else if constexpr (cpu::rows_contiguous<TS> && cpu::bulk_convertible<G, S>) {
             if (cs == 1) {
                 cpu::convert_row(tr, gr, cols);
                 continue;
             }
         }
-        for (size_t c = 0; c < cols; ++c) gr[int64_t(c) * cs] = cpu::convert<G>(tr[c], RoundMode::CAST_RINT);
+        for (size_t c = 0; c < cols; ++c)
+            gr[int64_t(c) * cs] = cpu::convert<G>(tr[c * TS::ColStride], RoundMode::CAST_RINT);
     }
     return {};
 }
@@ -150,7 +153,9 @@ inline RecordEvent TMOV(TD& dst, TS& src, Rest&...)
 {
     using D = typename TD::DType;
     using S = typename TS::DType;
-    if constexpr (std::is_same_v<D, S>) {
+    if constexpr (!cpu::rows_contiguous<TD, TS>) {
+        cpu::map1(dst, src, [](S x) { return cpu::convert<D>(x, RoundMode::CAST_RINT); });
+    } else if constexpr (std::is_same_v<D, S>) {
         const size_t rows = dst.GetValidRow();
         const size_t cols = dst.GetValidCol();
         D* d = dst.data();
@@ -183,7 +188,8 @@ inline RecordEvent TTRANS(TD& dst, TS& src, Rest&...)
     if (static_cast<const void*>(d) == static_cast<const void*>(s)) {
         pypto::fail("TTRANS: the destination tile must not be the source tile");
     }
-    if constexpr (std::is_same_v<D, std::remove_cv_t<std::remove_reference_t<decltype(*s)>>>) {
+    if constexpr (std::is_same_v<D, std::remove_cv_t<std::remove_reference_t<decltype(*s)>>> &&
+                  cpu::rows_contiguous<TD, TS>) {
         cpu::transpose_copy(s, size_t(TS::Cols), d, size_t(TD::Cols), rows, cols);
         return {};
     }
@@ -192,7 +198,7 @@ inline RecordEvent TTRANS(TD& dst, TS& src, Rest&...)
         for (size_t c0 = 0; c0 < cols; c0 += kBlock)
             for (size_t r = r0; r < std::min(rows, r0 + kBlock); ++r)
                 for (size_t c = c0; c < std::min(cols, c0 + kBlock); ++c)
-                    d[r * TD::Cols + c] = cpu::convert<D>(s[c * TS::Cols + r], RoundMode::CAST_RINT);
+                    d[cpu::offset<TD>(r, c)] = cpu::convert<D>(s[cpu::offset<TS>(c, r)], RoundMode::CAST_RINT);
     return {};
 }
 

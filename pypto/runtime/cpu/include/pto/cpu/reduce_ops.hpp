@@ -34,18 +34,19 @@ struct ProdAcc {
     template <class C> C operator()(C a, C b) const { return a * b; }
 };
 
-template <class Acc, class C, class T>
-inline C reduce_contiguous(const T* x, size_t n)
+// Acc over x[0], x[stride], ..., x[(n - 1) * stride].
+template <class Acc, class C, size_t stride, class T>
+inline C reduce_strided(const T* x, size_t n)
 {
     constexpr size_t kLanes = 16;
     C lane[kLanes];
     for (size_t l = 0; l < kLanes; ++l) lane[l] = Acc::template init<C>();
     size_t c = 0;
     for (; c + kLanes <= n; c += kLanes)
-        for (size_t l = 0; l < kLanes; ++l) lane[l] = Acc{}(lane[l], widen<C>(x[c + l]));
+        for (size_t l = 0; l < kLanes; ++l) lane[l] = Acc{}(lane[l], widen<C>(x[(c + l) * stride]));
     const size_t rest = n - c;
     for (size_t l = 0; l < kLanes; ++l)
-        if (l < rest) lane[l] = Acc{}(lane[l], widen<C>(x[c + l]));
+        if (l < rest) lane[l] = Acc{}(lane[l], widen<C>(x[(c + l) * stride]));
     for (size_t width = kLanes / 2; width > 0; width /= 2)
         for (size_t l = 0; l < width; ++l) lane[l] = Acc{}(lane[l], lane[l + width]);
     return lane[0];
@@ -60,7 +61,8 @@ inline void row_reduce(TD& dst, const TS& src)
     const size_t cols = src.GetValidCol();
     D* d = dst.data();
     const auto* s = src.data();
-    for (size_t r = 0; r < rows; ++r) d[r * TD::Cols] = narrow<D>(reduce_contiguous<Acc, C>(s + r * TS::Cols, cols));
+    for (size_t r = 0; r < rows; ++r)
+        d[r * TD::RowStride] = narrow<D>(reduce_strided<Acc, C, TS::ColStride>(s + r * TS::RowStride, cols));
 }
 
 template <class Acc, class TD, class TS>
@@ -75,12 +77,12 @@ inline void col_reduce(TD& dst, const TS& src)
     C* a = acc.data();
     const auto* s = src.data();
     for (size_t r = 0; r < rows; ++r) {
-        const auto* sr = s + r * TS::Cols;
+        const auto* sr = s + r * TS::RowStride;
 #pragma GCC ivdep
-        for (size_t c = 0; c < cols; ++c) a[c] = Acc{}(a[c], widen<C>(sr[c]));
+        for (size_t c = 0; c < cols; ++c) a[c] = Acc{}(a[c], widen<C>(sr[c * TS::ColStride]));
     }
     D* d = dst.data();
-    for (size_t c = 0; c < cols; ++c) d[c] = narrow<D>(a[c]);
+    for (size_t c = 0; c < cols; ++c) d[c * TD::ColStride] = narrow<D>(a[c]);
 }
 
 }  // namespace pto::cpu
@@ -136,7 +138,7 @@ inline RecordEvent TROWEXPAND(TD& dst, TS& src, Rest&...)
 {
     using D = typename TD::DType;
     const auto* s = src.data();
-    cpu::fill_indexed(dst, [s](size_t r, size_t) { return cpu::convert<D>(s[r * TS::Cols], RoundMode::CAST_RINT); });
+    cpu::fill_indexed(dst, [s](size_t r, size_t) { return cpu::convert<D>(s[r * TS::RowStride], RoundMode::CAST_RINT); });
     return {};
 }
 
@@ -146,7 +148,7 @@ inline RecordEvent TCOLEXPAND(TD& dst, TS& src, Rest&...)
 {
     using D = typename TD::DType;
     const auto* s = src.data();
-    cpu::fill_indexed(dst, [s](size_t, size_t c) { return cpu::convert<D>(s[c], RoundMode::CAST_RINT); });
+    cpu::fill_indexed(dst, [s](size_t, size_t c) { return cpu::convert<D>(s[c * TS::ColStride], RoundMode::CAST_RINT); });
     return {};
 }
 

@@ -2,9 +2,11 @@
 //
 // A Tile is a view of `Rows x Cols` elements in one local memory of the current core, placed by
 // TASSIGN at a byte address. The valid region (static or DYNAMIC) is a prefix of rows and cols.
-// Storage on the CPU is row-major (element (r, c) at r * Cols + c) whatever the layout template
-// arguments say: those are accepted so that the same source compiles against the device headers,
-// where they select fractal layouts; every instruction here addresses elements logically.
+// Element (r, c) lies at r * RowStride + c * ColStride. A plain (SLayout::NoneBox) ColMajor vector
+// tile stores its columns one after another (c * Rows + r), as pto-isa does: generated code may
+// alias it with a RowMajor tile of its transpose (what pto-isa's RowMajor-only instructions need).
+// Every other tile is row-major here whatever its layout arguments say: they select fractal
+// layouts on the device, which pypto's CPU header does not model (nothing aliases those tiles).
 #pragma once
 
 #include <string>
@@ -29,6 +31,10 @@ struct Tile {
     static constexpr PadValue PadVal = PadVal_;
     static constexpr bool isRowMajor = BFractal_ == BLayout::RowMajor;
     static constexpr int Numel = Rows * Cols;
+    static constexpr bool StoresColumns =
+        Loc_ == TileType::Vec && BFractal_ == BLayout::ColMajor && SFractal_ == SLayout::NoneBox;
+    static constexpr size_t RowStride = StoresColumns ? 1 : Cols_;
+    static constexpr size_t ColStride = StoresColumns ? Rows_ : 1;
     static_assert(Rows > 0 && Cols > 0, "a tile has at least one row and one column");
     static_assert((ValidRow == DYNAMIC || (ValidRow >= 0 && ValidRow <= Rows)) &&
                       (ValidCol == DYNAMIC || (ValidCol >= 0 && ValidCol <= Cols)),
@@ -115,6 +121,17 @@ template <TileType L, typename E, int R, int C, BLayout B, int VR, int VC, SLayo
 struct is_tile<Tile<L, E, R, C, B, VR, VC, S, F, P>> : std::true_type {};
 template <class T>
 inline constexpr bool is_tile_v = is_tile<std::remove_cv_t<T>>::value;
+
+namespace cpu {
+// Offset of element (r, c) in a tile's storage; rows_contiguous: (r, c) and (r, c + 1) are adjacent.
+template <class T>
+constexpr size_t offset(size_t r, size_t c)
+{
+    return r * T::RowStride + c * T::ColStride;
+}
+template <class... T>
+inline constexpr bool rows_contiguous = ((T::ColStride == 1) && ...);
+}  // namespace cpu
 
 // ---------------------------------------------------------------- global tensors
 template <int64_t N1 = DYNAMIC, int64_t N2 = DYNAMIC, int64_t N3 = DYNAMIC, int64_t N4 = DYNAMIC,

@@ -139,7 +139,7 @@ inline RecordEvent TCVT(TD& dst, TS& src, RoundMode mode, Rest&...)
 {
     using D = typename TD::DType;
     using S = typename TS::DType;
-    if constexpr (cpu::bulk_convertible<D, S>) {   // float <-> half ignore the mode (nearest even)
+    if constexpr (cpu::bulk_convertible<D, S> && cpu::rows_contiguous<TD, TS>) {   // float <-> half: nearest even
         const size_t rows = dst.GetValidRow();
         const size_t cols = dst.GetValidCol();
         if (static_cast<const void*>(dst.data()) != static_cast<const void*>(src.data())) {
@@ -194,9 +194,9 @@ inline RecordEvent TSEL(TD& dst, TM& mask, TA& src0, TB& src1, Rest&...)
     for (size_t r = 0; r < rows; ++r) {
 #pragma GCC ivdep
         for (size_t c = 0; c < cols; ++c) {
-            const bool pick = m[r * TM::Cols + c] != M(0);
-            d[r * TD::Cols + c] = pick ? cpu::convert<D>(a[r * TA::Cols + c], RoundMode::CAST_RINT)
-                                       : cpu::convert<D>(b[r * TB::Cols + c], RoundMode::CAST_RINT);
+            const bool pick = m[cpu::offset<TM>(r, c)] != M(0);
+            d[cpu::offset<TD>(r, c)] = pick ? cpu::convert<D>(a[cpu::offset<TA>(r, c)], RoundMode::CAST_RINT)
+                                            : cpu::convert<D>(b[cpu::offset<TB>(r, c)], RoundMode::CAST_RINT);
         }
     }
     return {};
