@@ -20,6 +20,7 @@ from ..machine import get_machine
 from ..sanitize import cpp_comment, cpp_string
 from ..symbolic import is_static
 from . import tiles as tt
+from .constraints import check_instr
 from .abi import CORE_SYMBOLS, KernelABI, kernel_abi
 from .cexpr import ExprPrinter, float_literal
 from .instructions import CMP_MODES, ROUND_MODES
@@ -62,6 +63,8 @@ class BlockEmitter:
         # only for a hand-built Block that did not go through the memory pass
         self.planned_scratch = {i.attrs["tmp"] for i in block.instructions() if isinstance(i.attrs.get("tmp"), str)}
         self.scratch: dict[tuple, str] = {}           # (dtype, shape) -> scratch tile name
+        self.views: dict[str, str] = {}               # ColMajor tile -> name of its RowMajor transposed view
+        self.view_lines: list[str] = []
         self.valid_deps = {t.name: self._valid_loop_deps(t) for t in block.tiles}
         self.fresh: set[str] = set()                   # loop-dependent valid shapes current at this point
         # how a failing bounds check names a GM access: "<core>:<number of the access>"
@@ -198,19 +201,24 @@ class BlockEmitter:
             return self.emit_move_gm(ins, pad, load=True)
         if ins.op == "TSTORE":
             return self.emit_move_gm(ins, pad, load=False)
-        sp = ISA[ins.op].cpp
+        spec = ISA[ins.op]
+        sp = spec.cpp
         tile_ops = [o for o in ins.operands if isinstance(o, str)]
+        for o in tile_ops:
+            self.tile_name(o, ins)                  # an undeclared tile raises here
         scalars = [o for o in ins.operands[1:] if not isinstance(o, (str, GMRegion))]
         dst = self.tiles.get(ins.operands[0]) if isinstance(ins.operands[0], str) else None
+        views = self.row_major_views(ins, tile_ops, pad)
+        check_instr(ins, spec, [self.tiles[o] for o in tile_ops], set(views))
         args = []
         for p in sp.pattern:
             if p == "d":
-                args.append(self.tile_name(ins.operands[0], ins))
+                args.append(views.get(ins.operands[0]) or self.tile_name(ins.operands[0], ins))
             elif p in ("a", "b", "c"):
                 k = " abc".index(p)
                 if k >= len(tile_ops):
                     raise CompileError(f"{ins.op} needs {k + 1} tile operands, found {ins.operands}", loc=ins.loc)
-                args.append(self.tile_name(tile_ops[k], ins))
+                args.append(views.get(tile_ops[k]) or self.tile_name(tile_ops[k], ins))
             elif p == "s":
                 if not scalars:
                     raise CompileError(f"{ins.op} needs a scalar operand, found {ins.operands}", loc=ins.loc)
@@ -232,6 +240,42 @@ class BlockEmitter:
             elif p == "axis":
                 args.append(str(int(ins.attrs.get("axis", 1))))
         self.lines.append(f"{pad}{sp.callee}({', '.join(args)});{_loc_comment(ins.loc)}")
+
+    def row_major_views(self, ins: Instr, tile_ops: list[str], pad: str) -> dict[str, str]:
+        """Tile -> the RowMajor view to emit it through, for an instruction pto-isa takes only on RowMajor
+        tiles (spec.row_major) that works element by element (region "same") on ColMajor tiles only, e.g.
+        TMULS / TADDS on the [rows, 1] column of a row reduction: on the transposed views of all its
+        operands it computes the same elements. The views' valid shapes are set before the instruction."""
+        spec = ISA[ins.op]
+        decls = [self.tiles[o] for o in tile_ops]
+        if not spec.row_major or spec.region != "same" or not all(tt.is_col_major(t) for t in decls):
+            return {}
+        out = {}
+        for t in {t.name: t for t in decls}.values():
+            if t.name not in self.views:
+                self.views[t.name] = self._declare_view(t)
+            view = out[t.name] = self.views[t.name]
+            dyn_r, dyn_c = tt.dynamic_dims(t)
+            vr, vc = t.valid_shape
+            if dyn_r and dyn_c:
+                self.lines.append(f"{pad}{view}.SetValidShape({self.int_expr(vc)}, {self.int_expr(vr)});")
+            elif dyn_r:
+                self.lines.append(f"{pad}{view}.SetValidCol({self.int_expr(vr)});")
+            elif dyn_c:
+                self.lines.append(f"{pad}{view}.SetValidRow({self.int_expr(vc)});")
+        return out
+
+    def _declare_view(self, t: TileDecl) -> str:
+        name = self.namer.fresh(f"{self.names[('tile', t.name)]}_transposed")
+        type_name = self.namer.fresh(f"{name}_t")
+        dyn_r, dyn_c = tt.dynamic_dims(t)
+        args = [str(d) for d, dyn in ((t.shape[1], dyn_c), (t.shape[0], dyn_r)) if dyn]
+        ctor = f"{name}({', '.join(args)})" if args else name
+        self.view_lines += [f"{INDENT}using {type_name} = {tt.transposed_view_type(t)};  "
+                            f"{_comment(f'{t.name} transposed: a RowMajor view of its bytes')}",
+                            f"{INDENT}{type_name} {ctor};",
+                            f"{INDENT}TASSIGN({name}, 0x{self.addresses[t.name]:05x});"]
+        return name
 
     def scalar(self, value, dst: TileDecl | None, ins: Instr) -> str:
         floating = dst is not None and dst.dtype.is_floating and ins.op not in ("TTRIL", "TTRIU")
@@ -365,12 +409,13 @@ class BlockEmitter:
     # ------------------------------------------------------------------ function
     def emit(self) -> list[str]:
         b = self.block
-        placements = self._placements()
+        placements = self.addresses = self._placements()
         tile_lines = []
         for t in b.tiles:
             tile_lines += [INDENT + x for x in self._tile_decl(t, placements[t.name])]
         self.emit_body(b.body, 1, set())
         body = self.lines
+        tile_lines += self.view_lines
 
         head = [_comment(f"{b.core} program '{b.name}'" + (f" ({b.loc})" if b.loc else "")),
                 f"AICORE inline void {self.abi.block_fns[b.core]}([[maybe_unused]] const Args& args, "

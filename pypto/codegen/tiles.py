@@ -2,10 +2,12 @@
 
 Vector tiles (UB) are row-major ``Tile<TileType::Vec, ...>``, except a tile with one valid
 column (the [rows, 1] result of a row reduction, the column a TROWEXPAND* reads) or with
-columns that are not 32-byte multiples while its rows are: those are column-major — the same
-memory for a single column, and the form pto-isa's row-expand instructions and alignment rules
-expect. L1 tiles feed the cube and use the NZ fractal layout (TLOAD converts from ND GM);
-L0A / L0B / L0C use the TileLeft / TileRight / TileAcc aliases of the target.
+columns that are not 32-byte multiples while its rows are: those are column-major (the form
+pto-isa's row-expand instructions and alignment rules expect), their columns stored one after
+another. An instruction that pto-isa only takes on RowMajor tiles (TADDS, TMULS, ...) works on
+such a tile through ``transposed_view_type``: the RowMajor [cols, rows] tile over the same bytes.
+L1 tiles feed the cube and use the NZ fractal layout (TLOAD converts from ND GM); L0A / L0B / L0C
+use the TileLeft / TileRight / TileAcc aliases of the target.
 """
 from __future__ import annotations
 
@@ -33,6 +35,16 @@ def dynamic_dims(t: TileDecl) -> tuple[bool, bool]:
     return not is_static(vr), not is_static(vc)
 
 
+def is_col_major(t: TileDecl) -> bool:
+    """Whether a UB tile is declared BLayout::ColMajor (see the module docstring)."""
+    if MemSpace(t.space) != MemSpace.UB:
+        return False
+    rows, cols = t.shape
+    rows_aligned = (rows * t.dtype.itemsize) % ALIGN_BYTES == 0
+    one_column = is_static(t.valid_shape[1]) and int(t.valid_shape[1]) == 1
+    return t.layout == "DN" or (rows_aligned and (one_column or (cols * t.dtype.itemsize) % ALIGN_BYTES != 0))
+
+
 def tile_type(t: TileDecl) -> str:
     """The C++ type of a tile, e.g. ``Tile<TileType::Vec, half, 4, 4096, BLayout::RowMajor, DYNAMIC, 4096>``."""
     rows, cols = t.shape
@@ -40,15 +52,21 @@ def tile_type(t: TileDecl) -> str:
     el = t.dtype.cpp
     space = MemSpace(t.space)
     if space == MemSpace.UB:
-        rows_aligned = (rows * t.dtype.itemsize) % ALIGN_BYTES == 0
-        one_column = is_static(t.valid_shape[1]) and int(t.valid_shape[1]) == 1
-        col_major = t.layout == "DN" or (rows_aligned and (one_column or (cols * t.dtype.itemsize) % ALIGN_BYTES != 0))
-        layout = "BLayout::ColMajor" if col_major else "BLayout::RowMajor"
+        layout = "BLayout::ColMajor" if is_col_major(t) else "BLayout::RowMajor"
         return f"Tile<TileType::Vec, {el}, {rows}, {cols}, {layout}, {vr}, {vc}>"
     if space == MemSpace.L1:
         return f"Tile<TileType::Mat, {el}, {rows}, {cols}, BLayout::ColMajor, {vr}, {vc}, SLayout::RowMajor>"
     alias = {MemSpace.L0A: "TileLeft", MemSpace.L0B: "TileRight", MemSpace.L0C: "TileAcc"}[space]
     return f"{alias}<{el}, {rows}, {cols}, {vr}, {vc}>"
+
+
+def transposed_view_type(t: TileDecl) -> str:
+    """The RowMajor tile whose element (c, r) is element (r, c) of the ColMajor UB tile ``t``: the same
+    bytes (t's columns are its rows), valid [vc, vr]. A tile is ColMajor by the alignment rule only when
+    its rows are 32-byte multiples, so the view's rows are too."""
+    rows, cols = t.shape
+    vr, vc = valid_args(t)
+    return f"Tile<TileType::Vec, {t.dtype.cpp}, {cols}, {rows}, BLayout::RowMajor, {vc}, {vr}>"
 
 
 def scratch_type(dtype, shape) -> str:
