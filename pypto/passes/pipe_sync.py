@@ -216,15 +216,13 @@ class PipeSync:
         return w
 
     def _set_index(self, seq: Seq, points: list) -> int:
-        """Where a set goes: after the latest of ``points``, never outside the current list ``seq``."""
+        """Where a set goes: after the latest of ``points``, never outside the current list ``seq``: a point in
+        an enclosing list puts it at the start of ``seq``, which in its pipe's order is still after that point
+        (the sync lifts a point inside an earlier compound statement of ``seq`` to that statement)."""
         idx = -1
         for pt in points:
-            if pt is None:
-                continue
-            if pt.seq is seq:
+            if pt is not None and pt.seq is seq:
                 idx = max(idx, pt.idx)
-            elif pt.seq.depth < seq.loop_depth:
-                raise AssertionError("sync: a set would be placed outside the loop body that waits for it")
         return idx
 
     def _place_set(self, seq: Seq, points: list, ch: Channel, loc=None) -> None:
@@ -303,7 +301,7 @@ class PipeSync:
             st = self.state.get(r)
             if st is not None and st[0] == "pend" and st != tgt:
                 self._wait_now(seq, st[1], loc)
-        transfers, receiver_owned = {}, set()
+        transfers = {}
         for r, tgt in todo.items():                           # 2. move ownership to the pipe that must hold it
             st = self.state.get(r)
             if st == tgt:
@@ -312,13 +310,11 @@ class PipeSync:
             if st is None:
                 self.state[r] = ("own", want)
                 self.last[r] = None
-            elif tgt[0] == "pend" and st == ("own", tgt[1].dst):
-                # the owner is the one that will wait for the target's set: its later accesses follow its
-                # earlier ones in program order, so step 3's set alone does it (handing the resource to the
-                # set's pipe first would be a set/wait pair that orders nothing)
-                receiver_owned.add(r)
-                continue
             elif st[1] != want:
+                # also when the owner is the target's receiver: the set on the target's source pipe must not
+                # fire before the receiver consumed that channel's previous set (one event set twice while
+                # live), and only this hand-over to the source pipe orders it after the receiver's accesses
+                # (that wait included); it costs no pair when an earlier hand-over of this list already does
                 transfers.setdefault((st[1], want), []).append(r)
         for (q, p), rs in transfers.items():
             ch, idx = self._transfer(seq, q, p, rs, ("conv", site, q, p), loc)
@@ -331,12 +327,7 @@ class PipeSync:
                 releases.setdefault(tgt[1], []).append(r)
         for ch, rs in releases.items():
             self._hands(ch, rs)
-            # the set's pipe has not touched a resource its receiver owns: an access of it before the loop
-            # this list belongs to (an outer loop entered owning it, its body entering an inner loop that
-            # carries it) places nothing; the set goes at the start of this list
-            points = [None if r in receiver_owned and pt is not None and pt.seq.depth < seq.loop_depth else pt
-                      for r, pt in ((r, self.last.get(r)) for r in rs)]
-            self._place_set(seq, points, ch, loc)
+            self._place_set(seq, [self.last.get(r) for r in rs], ch, loc)
             for r in rs:
                 self.state[r] = ("pend", ch)
 

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 import pypto
 from pypto import dtypes
 from pypto.errors import SourceLoc, SyncError
-from pypto.ir.block import (Block, CoreType, For, GMParam, GMRegion, Kernel, PipeBarrier, SetFlag, TileDecl,
-                            WaitFlag, instr, walk)
+from pypto.ir.block import (SUBBLOCK_IDX, Block, CoreType, CrossCoreSetFlag, CrossCoreWaitFlag, For, GMParam,
+                            GMRegion, If, Kernel, PipeBarrier, SetFlag, TileDecl, WaitFlag, instr, walk)
 from pypto.ir.isa import MemSpace, Pipe
 from pypto.passes.pipe_sync import block_resources, synchronize
 from pypto.runtime import sim
@@ -162,6 +162,49 @@ def test_synchronized_random_programs_run_race_free_and_compute_the_sequential_r
     z = z0.clone()
     sim.run_kernel(Kernel("k", [block]), {"x": x, "z": z}, check=True)   # raises SimError on a race/reuse
     torch.testing.assert_close(z, _sequential(prog, x, z0.clone()), rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------ a carried event set again inside a branch
+def _branch_on_a_carried_tile():
+    """A loop carries t0 from its store (MTE3) to its next vector op (V) on one event; the vector op is in an
+    ``if``, so the branch waits that event and must hand t0 back pending on it at its end. Each iteration's
+    vector pipe first waits for the cube (a cross-core flag after 40 loads), so the vector pipe lags far
+    behind MTE3: a set of the carried event that only follows the vector op in program order fires before
+    the vector pipe consumed the previous one."""
+    loc = lambda n: SourceLoc("user_kernel.py", n)          # noqa: E731
+    i, j, k = (sympy.Symbol(n, integer=True) for n in "ijk")
+    tiles = _tiles(1)
+    vec = [instr("TLOAD", ["t0", GMRegion("x", (0, 0))], tiles, loc=loc(1)),
+           For(i, 0, 4, 1, [CrossCoreWaitFlag(Pipe.V, 0, loc=loc(3)),
+                            If(sympy.Ge(i, 1), [instr("TABS", ["t0", "t0"], tiles, loc=loc(5))], loc=loc(4)),
+                            instr("TSTORE", [GMRegion("z", (ROWS * SUBBLOCK_IDX + ROWS * 2 * i, 0)), "t0"],
+                                  tiles, loc=loc(6))], loc=loc(2))]
+    vblock = Block("v", CoreType.AIV, [GMParam("x", F32, (ROWS, COLS)), GMParam("z", F32, (ROWS * 8, COLS))],
+                   [], list(tiles.values()), vec)
+    big = {"a": TileDecl("a", MemSpace.L1, F32, (64, 256), addr=0)}
+    cube = [For(j, 0, 4, 1, [For(k, 0, 40, 1, [instr("TLOAD", ["a", GMRegion("y", (0, 0))], big, loc=loc(12))],
+                                 loc=loc(11)),
+                             CrossCoreSetFlag(Pipe.MTE2, 0, loc=loc(13))], loc=loc(10))]
+    cblock = Block("c", CoreType.AIC, [GMParam("y", F32, (64, 256))], [], list(big.values()), cube)
+    return vblock, cblock
+
+
+def test_a_branch_sets_a_carried_event_again_only_after_its_wait():
+    """The set that hands t0 back at the branch's end runs on MTE3 behind a V -> MTE3 hand-over of t0 (so
+    after the branch's wait of the carried event); a set ordered by program order alone was 'event reused
+    while live' here. The stores see x, then |x| three times."""
+    vblock, cblock = _branch_on_a_carried_tile()
+    synchronize(vblock, pypto.get_machine())
+    synchronize(cblock, pypto.get_machine())
+    x, y = torch.randn(ROWS, COLS), torch.randn(64, 256)
+    z = torch.zeros(ROWS * 8, COLS)
+    sim.run_kernel(Kernel("k", [cblock, vblock]), {"x": x, "y": y, "z": z}, check=True)
+    want = torch.cat([x, x] + [x.abs()] * 6)
+    torch.testing.assert_close(z, want, rtol=0, atol=0)
+    branch = next(s for s in walk(vblock.body) if isinstance(s, If))
+    flags = [(type(s).__name__, s.src, s.dst) for s in branch.then_body if isinstance(s, (SetFlag, WaitFlag))]
+    carried = ("SetFlag", Pipe.MTE3, Pipe.V)
+    assert carried in flags and ("WaitFlag", Pipe.V, Pipe.MTE3) in flags[:flags.index(carried)], flags
 
 
 # ------------------------------------------------------------------ event ids: the fallback and the error
