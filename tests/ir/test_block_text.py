@@ -161,7 +161,10 @@ def test_every_construct_round_trips():
     j = sympy.Symbol("j", integer=True)                 # a loop variable of a non-default kind
     odd = sympy.Symbol("odd", integer=True, odd=True)   # a kind outside the table
     here = SourceLoc("/somewhere/model.py", 7, "f", 3)
-    tiles = [TileDecl("a", MemSpace.UB, dtypes.float16, (16, 64), 0x100, (sympy.Min(16, rows - 16 * i), 64)),
+    # kept unevaluated by the compiler: a Min of a Min, a comparison that evaluating would rewrite
+    nested_min = sympy.Min(16, sympy.Min(32, rows - 16 * i), evaluate=False)
+    some_left = sympy.Gt(sympy.ceiling(rows / 16), 0, evaluate=False)     # evaluated: True
+    tiles = [TileDecl("a", MemSpace.UB, dtypes.float16, (16, 64), 0x100, (nested_min, 64)),
              TileDecl("a2", MemSpace.UB, dtypes.float16, (8, 64), 0x100, None, "ND", "a"),
              TileDecl("l", MemSpace.L1, dtypes.float16, (64, 64), None, None, "NZ"),
              TileDecl("acc", MemSpace.L0C, dtypes.float32, (64, 64), 0, None, "DN")]
@@ -170,7 +173,7 @@ def test_every_construct_round_trips():
             For(i, 0, sympy.ceiling(rows / 16), 1, [
                 WaitFlag(Pipe.V, Pipe.MTE2, 0),
                 instr("TLOAD", ["a", GMRegion("x", (16 * i, 0), clipped=True)], T, {"_xc": (0, 1, "w", "all")}, here),
-                If(sympy.Eq(sympy.Mod(i, 2), 0), [PipeBarrier(Pipe.V, here)],
+                If(some_left, [PipeBarrier(Pipe.V, here)],
                    [instr("TMULS", ["a", "a", n * odd + sympy.sqrt(n) / 2], T,
                           {"note": "two words", "k": [1, 2.5, None]}),
                     If(sympy.And(i < 2, n > 1),
@@ -189,6 +192,7 @@ def test_every_construct_round_trips():
     assert "symbols  j: int, odd: {integer=True, odd=True}, rows: int>0" in text
     assert "_xc=(0, 1, w, all)" in text and "note='two words'" in text and "x[16*i, 0] clipped" in text
     assert "tile a2    : ub f16[8, 64] @0x00100  buffer a" in text and "l1 f16[64, 64] NZ" in text
+    assert "valid [Min(16, Min(32, -16*i + rows)), 64]" in text and "if ceiling(rows/16) > 0:" in text
 
 
 # ------------------------------------------------------------------------------------------ hand-written text
