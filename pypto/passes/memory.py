@@ -320,14 +320,13 @@ def _plan_pools(block, tiles, machine, cap, tile_loc, max_pool) -> int:
     order, _ = positions(block)
     rng, defs = live_ranges(block), _definitions(order)
     cls = _classes(order)
-    sizes = [p for p in POOL_SIZES if p <= max_pool] or [POOL_SIZES[-1]]
-    for k, pool in enumerate(sizes):
+    err = None
+    for pool in [p for p in POOL_SIZES if p <= max_pool] or [POOL_SIZES[-1]]:
         try:
             return _plan_space(block, tiles, rng, defs, machine.alignment, cap, tile_loc, pool, cls)
         except TilingError as e:
-            if k == len(sizes) - 1:
-                return _pools_fallback(block, tiles, machine, cap, rng, defs, e)
-    raise AssertionError("unreachable")
+            err = e
+    return _pools_fallback(block, tiles, machine, cap, rng, defs, err)
 
 
 def _pools_fallback(block, tiles, machine, cap, rng, defs, err) -> int:
