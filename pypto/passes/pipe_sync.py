@@ -7,7 +7,8 @@ Contract (``synchronize(block, machine, resources=...)``):
        between two pipes is ordered (RAW, WAR, WAW; accesses of one pipe are in order already), every set is
        consumed by exactly one wait on every path whatever the trip counts, event ids are within the
        machine's ``memory.event_ids`` per pipe pair and no event is set again while an earlier set of it is
-       live; optionally ``pipe_barrier(V)`` for the vector pipe's own hazards (``vector_barriers``).
+       live. The vector pipe's hazards on its own bytes are ``vector_barriers.insert_barriers``'s job, which
+       every level runs right after this pass.
   errors: more event ids than the machine has is a ``pypto.errors.SyncError`` naming the user's line of an
        instruction whose hand-over needs the extra event.
 
@@ -50,7 +51,6 @@ from dataclasses import dataclass, field
 from ..ir.block import Block, For, GMRegion, If, Instr, SetFlag, WaitFlag
 from ..errors import SyncError
 from .event_alloc import allocate_events
-from .vector_barriers import insert_barriers
 
 
 def block_resources(block: Block, gm_alias: dict | None = None, tied: dict | None = None):
@@ -95,7 +95,7 @@ def block_resources(block: Block, gm_alias: dict | None = None, tied: dict | Non
 
 
 def synchronize(block: Block, machine, resources=None, *, copy_of: dict | None = None,
-                loop_src: dict | None = None, vector_barriers: bool = False, defer_sets: bool | None = None) -> dict:
+                loop_src: dict | None = None, defer_sets: bool | None = None) -> dict:
     """Insert the pipe synchronisation of ``block`` in place (the contract is the module docstring).
 
     ``resources``: ``instr -> resource keys`` (default ``block_resources(block)``); ``copy_of`` / ``loop_src``:
@@ -121,8 +121,6 @@ def synchronize(block: Block, machine, resources=None, *, copy_of: dict | None =
             block.body = body
             if defer:
                 raise
-    if vector_barriers:
-        insert_barriers(block)
     return events
 
 

@@ -6,7 +6,7 @@
     tile           fusion plan, tile choice, tile programs            TensorGraph -> TileGraph
     blocks         cores, ping-pong, one Kernel per distinct program  TileGraph   -> BlockGraph
     memory         on-chip addresses                                  BlockGraph  -> BlockGraph
-    sync           set/wait flags between pipes                       BlockGraph  -> BlockGraph
+    sync           set/wait flags between pipes, vector barriers      BlockGraph  -> BlockGraph
     final          the ExecutionGraph                                  BlockGraph  -> ExecutionGraph
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ from .memory import plan_memory
 from .pipe_sync import synchronize
 from .rewrite import live_nodes
 from .tiling import build_tile_graph
+from .vector_barriers import insert_barriers
 
 _last = {"manager": None}
 
@@ -48,7 +49,8 @@ def _memory(bg: BlockGraph, spec) -> BlockGraph:
 def _sync(bg: BlockGraph, spec) -> BlockGraph:
     for k in bg.graph.kernels.values():
         for b in k.blocks:
-            synchronize(b, spec, vector_barriers=True)
+            synchronize(b, spec)
+            insert_barriers(b)
     return bg
 
 

@@ -1,10 +1,11 @@
 """Compiling a traced tile program: clean-ups, placement, Block IR per core type (with unrolling and
 software pipelining), on-chip memory planning, pipe synchronisation and cross-core flags — the same
 Block IR the Tensor level uses; memory planning is the shared pass pypto.passes.memory (its "pools"
-strategy), pipe sync the shared pass pypto.passes.pipe_sync, the verifier is pypto.ir.block_verify.
+strategy), pipe sync the shared passes pypto.passes.pipe_sync and pypto.passes.vector_barriers, the verifier
+is pypto.ir.block_verify.
 
     traced KernelProgram --prepare--> --place--> Placement --emit--> Blocks --plan_memory--> addresses
-        --synchronize--> set/wait flags --insert_handoff_flags--> Kernel (AIV, AIC or AIC + AIV cluster)
+        --synchronize--> set/wait flags --insert_barriers--> pipe_barrier(V) --insert_handoff_flags--> Kernel
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from ..ir.block_verify import verify_kernel
 from ..passes.cross_core import insert_handoff_flags
 from ..passes.memory import plan_memory
 from ..passes.pipe_sync import block_resources, synchronize
+from ..passes.vector_barriers import insert_barriers
 from ..sanitize import path_component
 from . import skew
 from .tile_graph import to_tile_graph
@@ -126,6 +128,7 @@ def _build(program, pl, machine, sides, stages, unroll, max_pool=4):
             synchronize(block, machine, block_resources(block, gm_alias))
         except SyncError as e:
             raise _TooManyEvents() from e
+        insert_barriers(block)
         blocks.append(block)
         scratch.extend(em.scratch)
     insert_handoff_flags(blocks, machine)

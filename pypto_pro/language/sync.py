@@ -1,11 +1,13 @@
 """Professional mode's automatic synchronisation: cross-core flags, then the shared pipe-sync pass
 ``pypto.passes.pipe_sync`` on each section's block, with the resource rule extended by mutex ids (the
 slots of one memory space that share a mutex id are one resource) and the loop-body copies of the
-parser's unrolling."""
+parser's unrolling, then the vector pipe's barriers (``pypto.passes.vector_barriers``). A kernel that
+calls any ``pl.system.*`` primitive (or jit(auto_sync=False)) gets none of this: its author orders it."""
 from __future__ import annotations
 
 from pypto.errors import SyncError as _PassSyncError
 from pypto.passes.pipe_sync import block_resources, synchronize as synchronize_pipes
+from pypto.passes.vector_barriers import insert_barriers
 
 from .errors import Span, SyncError
 
@@ -19,10 +21,12 @@ def mutex_keys(section) -> dict:
 def synchronize_block(block, section, machine, copy_of=None, loop_src=None) -> dict:
     resources = block_resources(block, tied=mutex_keys(section))
     try:
-        return synchronize_pipes(block, machine, resources, copy_of=copy_of, loop_src=loop_src, defer_sets=True)
+        events = synchronize_pipes(block, machine, resources, copy_of=copy_of, loop_src=loop_src, defer_sets=True)
     except _PassSyncError as e:
         at = Span(e.loc.file, e.loc.line, (e.loc.col or 1) - 1, None, e.loc.func) if e.loc else None
         raise SyncError(e.message, at, hint=e.hint) from None
+    insert_barriers(block)
+    return events
 
 
 def synchronize(blocks, parser, machine) -> dict:

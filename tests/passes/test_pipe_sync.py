@@ -17,6 +17,7 @@ from pypto.ir.block import (SUBBLOCK_IDX, Block, CoreType, CrossCoreSetFlag, Cro
                             GMRegion, If, Kernel, PipeBarrier, SetFlag, TileDecl, WaitFlag, instr, walk)
 from pypto.ir.isa import MemSpace, Pipe
 from pypto.passes.pipe_sync import block_resources, synchronize
+from pypto.passes.vector_barriers import insert_barriers
 from pypto.runtime import sim
 
 F32 = dtypes.float32
@@ -151,7 +152,8 @@ def test_synchronized_random_programs_run_race_free_and_compute_the_sequential_r
     tiles = _tiles(N_TILES)
     block = _build(prog, tiles)
     try:
-        synchronize(block, _machine(event_ids), vector_barriers=True)
+        synchronize(block, _machine(event_ids))
+        insert_barriers(block)
     except SyncError as e:
         # only a machine with 2 ids per pipe pair may run out, and the error names a line of the kernel
         assert event_ids == 2 and e.loc is not None and e.loc.file == "user_kernel.py", e
@@ -261,7 +263,126 @@ def test_vector_barriers_separate_dependent_vector_instructions_only():
             instr("TABS", ["t2", "t0"], tiles),      # reads what the load wrote: no barrier (other pipe)
             instr("TADD", ["t0", "t1", "t2"], tiles)]  # reads t1, t2 the vector pipe just wrote: barrier
     block = Block("k", CoreType.AIV, [GMParam("x", F32, (ROWS, COLS))], [], list(tiles.values()), body)
-    synchronize(block, pypto.get_machine(), vector_barriers=True)
+    synchronize(block, pypto.get_machine())
+    insert_barriers(block)
     kinds = [s.op if hasattr(s, "op") else type(s).__name__ for s in block.body]
     assert kinds.count("PipeBarrier") == 1 and kinds[kinds.index("PipeBarrier") + 1] == "TADD", kinds
     assert all(s.pipe == Pipe.V for s in block.body if isinstance(s, PipeBarrier))
+
+
+# ------------------------------------------------------------------ vector barriers (vector_barriers.py)
+def _barrier_text(text: str) -> str:
+    from pypto.ir.block_printer import print_block
+    from .ir_text import block
+    blk = block(text)
+    insert_barriers(blk)
+    return print_block(blk)
+
+
+_VEC_HEAD = """
+block k  core=AIV  args(x: gm f32[8, 64])
+  tile a : ub f32[8, 64] @0x00000
+  tile b : ub f32[8, 64] @0x00800
+  tile c : ub f32[8, 64] @0x01000
+  tile d : ub f32[8, 64] @0x01800
+  tile s : ub f32[8, 64] @0x02000
+"""
+
+
+def _ops_before_barriers(text: str) -> list:
+    """The instruction right after each pipe_barrier V of the printed block."""
+    lines = [ln.split() for ln in text.splitlines() if ln.strip()]
+    return [lines[i + 1][0] + " " + lines[i + 1][1].rstrip(",") for i, ln in enumerate(lines[:-1])
+            if ln[:2] == ["pipe_barrier", "V"]]
+
+
+def test_a_loop_s_first_iteration_sees_the_vector_writes_before_the_loop():
+    """TADD reads a, written by the TABS before the loop; the body's own TABS d, c needs a barrier too,
+    which clears the body's writes at its end — the first iteration still needs the one before TADD."""
+    got = _barrier_text(_VEC_HEAD + """
+  TLOAD  a, x[0, 0]
+  TLOAD  b, x[0, 0]
+  TABS   a, a
+  for i in range(0, 4, 1):
+    TADD   c, a, b
+    TABS   d, c
+  TSTORE x[0, 0], d
+""")
+    assert _ops_before_barriers(got) == ["TADD c", "TABS d"], got
+
+
+def test_a_scratch_tile_is_a_write_of_its_instruction_and_a_user_barrier_clears():
+    """Two row sums share the scratch s (passes/memory.py plans one per instruction, but two may share dead
+    bytes): the second overwrites what the first wrote there. A pipe_barrier V, or S (PIPE_ALL), already
+    in the program separates what comes before it: no second barrier."""
+    got = _barrier_text(_VEC_HEAD + """
+  TROWSUM  c, a {tmp=s}
+  TROWSUM  d, b {tmp=s}
+  TABS     a, d
+  pipe_barrier V
+  TABS     b, a
+  pipe_barrier S
+  TADD     c, a, b
+""")
+    assert _ops_before_barriers(got) == ["TROWSUM d", "TABS a", "TABS b"], got
+    assert got.count("pipe_barrier") == 4 and got.split().count("S") == 1, got
+
+
+def _unseparated_vector_hazards(block) -> list:
+    """(first, second) vector instructions of one statement list where the second reads or writes what the
+    first wrote with no pipe_barrier between them (a check of each list on its own, independent of the pass:
+    it does not follow loops or branches)."""
+    found = []
+
+    def rng(name):
+        t = block.tile(name)
+        return (t.space, t.addr, t.addr + t.nbytes)
+
+    def check(stmts):
+        written = []
+        for s in stmts:
+            if isinstance(s, PipeBarrier):
+                written = []
+            elif hasattr(s, "op") and s.pipe == Pipe.V:
+                scratch = [s.attrs["tmp"]] if isinstance(s.attrs.get("tmp"), str) else []
+                names = s.tile_operands() + scratch
+                for w, first in written:
+                    if any(rng(n)[0] == w[0] and rng(n)[1] < w[2] and w[1] < rng(n)[2] for n in names):
+                        found.append((first.op, s.op))
+                        break
+                written += [(rng(n), s) for n in s.tile_operands()[:1] + scratch]
+            for body in (getattr(s, "body", None), getattr(s, "then_body", None), getattr(s, "else_body", None)):
+                if isinstance(body, list):
+                    check(body)
+    check(block.body)
+    return found
+
+
+def _load_example(folder: str, name: str):
+    import importlib.util
+    import os
+    import sys
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "examples", folder)
+    if folder == "pro":
+        sys.path.insert(0, os.path.abspath(root))
+    spec = importlib.util.spec_from_file_location(f"{folder}_example_{name}", os.path.join(root, f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_tile_level_and_professional_mode_get_the_vector_barriers_too():
+    """One behaviour for the three levels (Tensor mode's pipeline ran it already): the Tile level's layer
+    norm and Professional mode's softmax (automatic sync) have a barrier between every dependent pair of
+    vector instructions, and do have such pairs."""
+    import pypto.tile as pt
+    ln = _load_example("tile", "layer_norm")
+    x = torch.empty(64, 256, dtype=torch.float16)
+    w = torch.empty(256, dtype=torch.float16)
+    tile_block = pt.kernel(ln.layer_norm.fn, backend="sim")[(4,)].compile(x, w, w, torch.empty_like(x)).kernel.blocks[0]
+    sm = _load_example("pro", "softmax")
+    xs = torch.zeros(64, 256, dtype=torch.float16)
+    pro_block = sm.softmax_kernel.compile(xs, xs).kernel.blocks[0]
+    for blk in (tile_block, pro_block):
+        assert any(isinstance(s, PipeBarrier) for s in walk(blk.body)), blk
+        assert _unseparated_vector_hazards(blk) == [], blk
