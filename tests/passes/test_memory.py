@@ -107,6 +107,39 @@ def test_scratch_takes_the_bytes_of_a_dead_vector_tile_when_none_are_free_past_t
     assert max(t.addr + t.nbytes for t in blk.tiles if t is not tmp) + tmp.nbytes > m.capacity["UB"]
     assert e.addr <= tmp.addr < e.addr + e.nbytes                        # on the dead tile's bytes
     _check_overlaps(blk)
+    from pypto.passes.pipe_sync import block_resources
+    res = block_resources(blk)
+    row_sum = next(i for i in blk.instructions() if i.op == "TROWSUM")
+    assert ("tile", f"ub@{tmp.addr:#07x}") in res(row_sum)   # pipe sync sees the reduction touch its scratch
+
+
+def test_no_room_for_the_scratch_past_a_full_pool_plan_replans_with_fewer_buffers():
+    """A loop of loads into one pool (up to 4 buffers) fills the UB; loads and stores are not flag-free bytes,
+    so the pass plans the tiles again in a UB smaller by the scratch: 3 buffers, the scratch past them."""
+    m = get_machine()
+    cap = m.capacity["UB"]
+    cols = int(cap / 4.5) // (ROWS * 4) // 8 * 8
+    i = sympy.Symbol("i", integer=True, nonnegative=True)
+    copies = []                                         # x = load; r = rowsum(x); store r: unrolled 4 times
+    for c in range(4):
+        copies += [TileDecl(f"x{c}", UB, float32, (ROWS, cols)), TileDecl(f"r{c}", UB, float32, (ROWS, 1))]
+    names = {t.name: t for t in copies}
+    unrolled = []
+    for c in range(4):
+        row = (4 * i + c) * ROWS
+        unrolled += [instr("TLOAD", [f"x{c}", GMRegion("x", (row, 0))], names, loc=loc(10)),
+                     instr("TROWSUM", [f"r{c}", f"x{c}"], names, loc=loc(11)),
+                     instr("TSTORE", [GMRegion("y", (row, 0)), f"r{c}"], names, loc=loc(12))]
+    params = [GMParam("x", float32, (16 * ROWS, cols)), GMParam("y", float32, (16 * ROWS, 1))]
+    blk = Block("pool", CoreType.AIV, params, [], copies, [For(i, 0, 4, 1, unrolled)], loc=loc(1))
+    plan_memory(blk, m, strategy="pools")
+    by = {t.name: t for t in blk.tiles}
+    x_addrs = {by[f"x{c}"].addr for c in range(4)}
+    assert len(x_addrs) == 3                            # one buffer fewer than the pool would take
+    scratch = [by[n] for n in _scratch(blk)]
+    assert len(scratch) == 4 and all(t.addr >= max(x_addrs) + by["x0"].nbytes for t in scratch)
+    assert max(t.addr + t.nbytes for t in blk.tiles) <= cap
+    _check_overlaps(blk)
 
 
 def test_codegen_declares_the_planned_scratch_tile_at_its_address():
