@@ -448,8 +448,9 @@ def _matmul_k_loop(b, kk, m0, n0, bk):
     ], {"pipeline": 1})
 
 
-def matmul(dtype, bm=64, bn=64, bk=32) -> Kernel:
-    """c [M, N] fp32 = a [M, K] @ b [K, N] through L1 -> L0A / L0B -> L0C; one output tile per core."""
+def _cube_tile(dtype, bm, bn, bk):
+    """The cube's part of one output tile: its tiles, the K loop and the drain up to the L0C result.
+    -> (builder, tile row offset, tile column offset, statements)."""
     b = Builder()
     kk = index_symbol("kk")
     tiles_n = ceildiv(N, bn)
@@ -459,8 +460,14 @@ def matmul(dtype, bm=64, bn=64, bk=32) -> Kernel:
     body = [SetFlag(Pipe.MTE1, Pipe.MTE2, 0), SetFlag(Pipe.M, Pipe.MTE1, 0),
             _matmul_k_loop(b, kk, m0, n0, bk),
             WaitFlag(Pipe.MTE1, Pipe.MTE2, 0), WaitFlag(Pipe.M, Pipe.MTE1, 0),
-            SetFlag(Pipe.M, Pipe.FIX, 0), WaitFlag(Pipe.M, Pipe.FIX, 0),
-            b("TSTORE", GMRegion("c", (m0, n0)), "c0", line=45)]
+            SetFlag(Pipe.M, Pipe.FIX, 0), WaitFlag(Pipe.M, Pipe.FIX, 0)]
+    return b, m0, n0, body
+
+
+def matmul(dtype, bm=64, bn=64, bk=32) -> Kernel:
+    """c [M, N] fp32 = a [M, K] @ b [K, N] through L1 -> L0A / L0B -> L0C; one output tile per core."""
+    b, m0, n0, body = _cube_tile(dtype, bm, bn, bk)
+    body.append(b("TSTORE", GMRegion("c", (m0, n0)), "c0", line=45))
     gm = [GMParam("a", dtype, (M, K)), GMParam("b", dtype, (K, N)), GMParam("c", F32, (M, N))]
     return Kernel(f"matmul_{dtype.name}", [Block("matmul", CoreType.AIC, gm, [], list(b.tiles.values()), body)],
                   loc=loc(40, "matmul"))
@@ -469,18 +476,8 @@ def matmul(dtype, bm=64, bn=64, bk=32) -> Kernel:
 def matmul_relu(dtype, bm=32, bn=64, bk=32) -> Kernel:
     """Cube + vector: the cube core computes a tile of a @ b into a GM workspace and signals; each
     vector sub-block takes half of the tile's rows, applies relu * 2 and stores c."""
-    b = Builder()
-    kk = index_symbol("kk")
-    tiles_n = ceildiv(N, bn)
-    m0 = sympy.floor(BLOCK_IDX / tiles_n) * bm
-    n0 = sympy.Mod(BLOCK_IDX, tiles_n) * bn
-    _matmul_tiles(b, dtype, bm, bn, bk, m0, n0, kk)
-    cube_body = [SetFlag(Pipe.MTE1, Pipe.MTE2, 0), SetFlag(Pipe.M, Pipe.MTE1, 0),
-                 _matmul_k_loop(b, kk, m0, n0, bk),
-                 WaitFlag(Pipe.MTE1, Pipe.MTE2, 0), WaitFlag(Pipe.M, Pipe.MTE1, 0),
-                 SetFlag(Pipe.M, Pipe.FIX, 0), WaitFlag(Pipe.M, Pipe.FIX, 0),
-                 b("TSTORE", GMRegion("ws", (m0, n0)), "c0", line=45),
-                 CrossCoreSetFlag(Pipe.FIX, 3)]
+    b, m0, n0, cube_body = _cube_tile(dtype, bm, bn, bk)
+    cube_body += [b("TSTORE", GMRegion("ws", (m0, n0)), "c0", line=45), CrossCoreSetFlag(Pipe.FIX, 3)]
     gm_cube = [GMParam("a", dtype, (M, K)), GMParam("b", dtype, (K, N)), GMParam("ws", F32, (M, N))]
     cube = Block("mm_cube", CoreType.AIC, gm_cube, [], list(b.tiles.values()), cube_body)
 
