@@ -155,20 +155,28 @@ def _matching(text: str, open_pos: int) -> int:
     return -1
 
 
-def _split_top(text: str, col: int, sep: str = ",") -> list[tuple[str, int]]:
-    """``text`` split at the separators outside brackets and quotes: (piece, its column), stripped."""
-    pieces, depth, quote, start = [], 0, None, 0
-    for i, c in enumerate(text + sep):
+def _unquoted(text: str):
+    """(index, character, bracket depth before it) of every character of ``text`` outside quotes."""
+    depth, quote = 0, None
+    for i, c in enumerate(text):
         if quote:
             if c == quote:
                 quote = None
         elif c in "'\"":
             quote = c
-        elif c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        elif c == sep and depth == 0:
+        else:
+            yield i, c, depth
+            if c in "([{":
+                depth += 1
+            elif c in ")]}":
+                depth -= 1
+
+
+def _split_top(text: str, col: int, sep: str = ",") -> list[tuple[str, int]]:
+    """``text`` split at the separators outside brackets and quotes: (piece, its column), stripped."""
+    pieces, start = [], 0
+    for i, c, depth in _unquoted(text + sep):
+        if c == sep and depth == 0:
             piece = text[start:i]
             lead = len(piece) - len(piece.lstrip())
             pieces.append((piece.strip(), col + start + lead))
@@ -179,14 +187,8 @@ def _split_top(text: str, col: int, sep: str = ",") -> list[tuple[str, int]]:
 
 
 def _strip_comment(raw: str) -> tuple[str, str]:
-    quote = None
-    for i, c in enumerate(raw):
-        if quote:
-            if c == quote:
-                quote = None
-        elif c in "'\"":
-            quote = c
-        elif c == "#":
+    for i, c, _ in _unquoted(raw):
+        if c == "#":
             return raw[:i].rstrip(), raw[i + 1:].strip()
     return raw.rstrip(), ""
 
@@ -657,19 +659,9 @@ def _size_names(text: str) -> list[str]:
 
 
 def _top_level_index(text: str, char: str) -> int:
-    depth, quote = 0, None
-    for i, c in enumerate(text):
-        if quote:
-            if c == quote:
-                quote = None
-        elif c in "'\"":
-            quote = c
-        elif c == char and depth == 0:
+    for i, c, depth in _unquoted(text):
+        if c == char and depth == 0:
             return i
-        elif c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
     return -1
 
 
