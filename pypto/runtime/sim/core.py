@@ -111,6 +111,7 @@ class CoreRun:
             self.owner = [None] * n                 # the tile whose write put the atom's bytes there
             self.atoms = cb.atoms
             self.buffer_of = cb.buffer_of
+            self.last_wait = {}                     # event -> (the waiting pipe's clock after it, the wait)
 
     # ------------------------------------------------------------------ the scalar unit
     def step(self, budget: int) -> int:
@@ -300,6 +301,8 @@ class CoreRun:
             raise SimError(f"event reused while live: {cop.where()} sets {_ev(key)} again, but the set by "
                            f"{prev.where()} has not been waited yet", loc=cop.loc,
                            hint="use another event id, or wait_flag before setting it again")
+        if self.check and not dq:
+            self.check_set_after_wait(cop)
         snap = tuple(self.vc[src]) if self.check else None
         dq.append((t, snap, cop))
         if self.check:
@@ -330,8 +333,22 @@ class CoreRun:
         if t > self.done[p]:
             self.done[p] = t
         if self.check:
-            _join(self.vc[p], snap)
+            vc = self.vc[p]
+            _join(vc, snap)
+            vc[self.base + p] += 1
+            self.last_wait[cop.key] = (vc[self.base + p], cop)
         return True
+
+    def check_set_after_wait(self, cop):
+        """A set of an event whose previous set was consumed must come after that wait on every timing:
+        the setting pipe's clock covers the wait. Else the simulated order is luck, and on the device the
+        set may arrive first (an event set twice while live)."""
+        seen = self.last_wait.get(cop.key)
+        if seen is not None and self.vc[cop.pipe][self.base + cop.other] < seen[0]:
+            raise SimError(f"event reused while live: {cop.where()} sets {_ev(cop.key)} again, and nothing orders "
+                           f"it after {seen[1].where()}, which waited the previous set: on another timing the set "
+                           f"comes first", loc=cop.loc,
+                           hint="use another event id, or order the set after that wait (a set/wait pair)")
 
     def full_barrier(self, cop):
         t = max(max(self.done), max(self.free), self.issue)

@@ -57,10 +57,16 @@ def _block(stmts):
 
 
 def _oracle_has_race(stmts) -> bool:
-    """Happens-before by graph reachability; accesses = (node, pipe, tile, is_write)."""
+    return _hazards(stmts)[0]
+
+
+def _hazards(stmts) -> tuple[bool, bool]:
+    """(a race, an event set again with nothing ordering it after the wait of its previous set), by
+    happens-before as graph reachability; accesses = (node, pipe, tile, is_write)."""
     g = nx.DiGraph()
     last = {}
     accesses = []
+    syncs = {}                                # (src, dst, ev) -> [(set node, wait node)] in order
     node = 0
 
     def on_pipe(p):
@@ -84,12 +90,13 @@ def _oracle_has_race(stmts) -> bool:
             set_node = on_pipe(s[1])          # the set fires after the src pipe's earlier work
             wait_node = on_pipe(s[2])         # the dst pipe's later work waits for it
             g.add_edge(set_node, wait_node)
-    for i, (n1, p1, t1, w1) in enumerate(accesses):
-        for n2, p2, t2, w2 in accesses[i + 1:]:
-            if p1 != p2 and t1 == t2 and (w1 or w2) and n1 != n2:
-                if not (nx.has_path(g, n1, n2) or nx.has_path(g, n2, n1)):
-                    return True
-    return False
+            syncs.setdefault(s[1:], []).append((set_node, wait_node))
+    race = any(p1 != p2 and t1 == t2 and (w1 or w2) and n1 != n2
+               and not (nx.has_path(g, n1, n2) or nx.has_path(g, n2, n1))
+               for i, (n1, p1, t1, w1) in enumerate(accesses) for n2, p2, t2, w2 in accesses[i + 1:])
+    reuse = any(not nx.has_path(g, prev_wait, set_node)
+                for pairs in syncs.values() for (_, prev_wait), (set_node, _) in zip(pairs, pairs[1:]))
+    return race, reuse
 
 
 @settings(max_examples=120, deadline=None)
@@ -97,13 +104,17 @@ def _oracle_has_race(stmts) -> bool:
 def test_race_check_agrees_with_the_happens_before_oracle(stmts):
     k = _block(stmts)
     args = {"x": torch.randn(8, 64), "z": torch.zeros(128, 64)}
+    race, reuse = _hazards(stmts)
     try:
         sim.run_kernel(k, args, {})
-        raced = False
+        failed = False
     except SimError as e:
-        assert "race" in str(e), str(e)
-        raced = True
-    assert raced == _oracle_has_race(stmts)
+        said = e.message
+        assert said.startswith(("race:", "race on GM:", "event reused while live:")), said
+        assert race or not said.startswith("race"), said
+        assert reuse or not said.startswith("event reused"), said
+        failed = True
+    assert failed == (race or reuse)
 
 
 KEYS = [(a, b, ev) for a in range(3) for b in range(3) if a != b for ev in range(2)]
@@ -203,3 +214,18 @@ def test_queued_pipes_and_barriers_agree_with_the_oracle(stmts):
         assert got in ("deadlock", "race")
     else:
         assert got == want
+
+
+def test_an_event_set_again_before_its_wait_is_ordered_is_refused():
+    """MTE2 sets ev0, V waits it; MTE2 sets ev0 again after two loads, with nothing ordering that set after
+    V's wait: the simulated timing happens to consume the first set in time, a device need not."""
+    import pytest
+    stmts = [("sync", 0, 1, 0), ("load", 0), ("load", 0), ("sync", 0, 1, 0)]
+    assert _hazards(stmts) == (False, True)
+    args = {"x": torch.randn(8, 64), "z": torch.zeros(128, 64)}
+    with pytest.raises(SimError, match=r"event reused while live: `set_flag MTE2 -> V ev0`.*nothing orders it after "
+                                       r"`wait_flag MTE2 -> V ev0`"):
+        sim.run_kernel(_block(stmts), args, {})
+    ordered = [("sync", 0, 1, 0), ("load", 0), ("sync", 1, 0, 1), ("load", 0), ("sync", 0, 1, 0)]
+    assert _hazards(ordered) == (False, False)       # V -> MTE2 after V's wait orders the second set
+    sim.run_kernel(_block(ordered), args, {})
