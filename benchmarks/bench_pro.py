@@ -22,7 +22,8 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "pro"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "pro"))
 
 import flash_attention as fa  # noqa: E402
 import pypto  # noqa: E402
