@@ -38,7 +38,7 @@ from .engine import SimState
 from .launch import Launcher
 from .scheduler import POLICIES, Scheduler
 from .timing import PIPES
-from .trace import MAX_INSTR_EVENTS, write_trace
+from .trace import MAX_INSTR_EVENTS, run_path, write_trace
 
 __all__ = ["run", "run_kernel", "POLICIES"]
 
@@ -57,7 +57,8 @@ def run(graph: ExecutionGraph, args: dict, env: dict, *, machine=None, timing_on
 
     args: buffer name -> CPU tensor (inputs; outputs to write in place, optionally); env: size symbol
     name -> int. timing_only (or env PYPTO_TIMING_ONLY=1): no arithmetic, no tensors — outputs come
-    back as meta tensors. trace (or env PYPTO_TRACE): path of a Chrome-trace JSON to write. policy:
+    back as meta tensors. trace: path of the Chrome-trace JSON of this run; env PYPTO_TRACE=<file> traces
+    every run, run k to <stem>-<k><suffix> (trace.run_path); report.trace_file says where. policy:
     "fifo" or "locality". check: the race / clobber / event checks; None (the default) turns them on
     for functional runs and off for timing-only runs (they cost about half the timing-only speed; pass
     check=True to have them there too). stitch: loop iterations per
@@ -76,7 +77,7 @@ def _run(graph, args, env, machine, timing_only, trace, policy, check, stitch):
     spec = _machine(machine)
     timing_only = bool(timing_only) or os.environ.get("PYPTO_TIMING_ONLY", "") not in ("", "0")
     check = (not timing_only) if check is None else bool(check)
-    trace = trace or os.environ.get("PYPTO_TRACE") or None
+    trace = trace or (run_path(os.environ["PYPTO_TRACE"]) if os.environ.get("PYPTO_TRACE") else None)
     args = dict(args or {})
     env = bind_sizes(graph, args, env)
     bufs = GMBuffers(graph, args, env, timing_only=timing_only)

@@ -2,10 +2,16 @@
 AICPU), one thread per pipe (thread 0 = the tasks the core ran); tasks, dispatches and instructions
 are complete ("X") slices, with the block name and the user's source line in their args; a pipe
 stalled on a wait_flag shows a grey "wait_flag" slice for the stall; counter tracks show the HBM and
-L2 bandwidth in use over time."""
+L2 bandwidth in use over time.
+
+``PYPTO_TRACE=<file>`` traces every simulated run of the process: run k writes ``<stem>-<k><suffix>``
+(``t.json`` -> ``t-1.json``, ``t-2.json``, ...; ``run_path``), so no run overwrites another; an explicit
+``trace=<file>`` of one run writes that file."""
 from __future__ import annotations
 
 import json
+import threading
+from pathlib import Path
 
 from .program import INSTR
 from .timing import PIPES
@@ -83,6 +89,18 @@ def _bandwidth_counters(events, gmem, spec, pid, meta, max_samples=2000):
             gbps = used / (step * gmem.W) * cycles_per_s / 1e9
             events.append({"name": name, "ph": "C", "ts": b * gmem.W * us, "pid": pid, "args": {"GB/s": gbps}})
     meta(pid, 0, "process_name", "shared memory", pid)
+
+
+_runs: dict = {}             # PYPTO_TRACE path -> runs traced to it so far in this process
+_runs_lock = threading.Lock()
+
+
+def run_path(path: str) -> str:
+    """The file of the next run traced to the series ``path`` (PYPTO_TRACE): ``<stem>-<k><suffix>``."""
+    with _runs_lock:
+        k = _runs[path] = _runs.get(path, 0) + 1
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}-{k}{p.suffix}"))
 
 
 def write_trace(path: str, state, spec, dispatch_slices) -> str:

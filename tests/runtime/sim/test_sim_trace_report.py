@@ -1,5 +1,6 @@
 """The Chrome-trace JSON (what Perfetto opens) and the Report."""
 import json
+from pathlib import Path
 
 import torch
 
@@ -50,11 +51,17 @@ def test_trace_is_chrome_trace_json_with_a_track_per_core_and_pipe(tmp_path):
     assert any(e["name"] in ("wait_flag", "cross_core_wait_flag") and e["dur"] > 0 for e in slices)
 
 
-def test_trace_from_environment(tmp_path, monkeypatch):
+def test_trace_from_environment_keeps_every_run(tmp_path, monkeypatch):
     path = tmp_path / "env_trace.json"
     monkeypatch.setenv("PYPTO_TRACE", str(path))
-    _mix_run()
-    assert json.loads(path.read_text())["traceEvents"]
+    reports = [_mix_run()[1], _mix_run(timing_only=True)[1]]
+    files = [r.trace_file for r in reports]
+    assert len(set(files)) == 2, files                          # the second run did not overwrite the first
+    for f in files:
+        assert f.startswith(str(tmp_path / "env_trace-")) and f.endswith(".json")
+        assert json.loads(Path(f).read_text())["traceEvents"]
+    assert int(Path(files[1]).stem.rsplit("-", 1)[1]) == int(Path(files[0]).stem.rsplit("-", 1)[1]) + 1
+    assert not path.exists()
 
 
 def test_report_fields_table_and_last_report():
