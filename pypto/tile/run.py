@@ -42,11 +42,12 @@ def execution_graph(compiled, tensors: dict, grid: tuple, machine) -> tuple:
 def launch(compiled, tensors: dict, grid: tuple, backend: str, machine, options: dict, loc):
     prog = compiled.program
     env = bind_sizes(prog, tensors, loc)
-    if math.prod(grid) == 0:
-        return None
-    if backend == "reference":
-        from .interpret import run_program
-        run_program(prog, tensors, grid, env)
+    if math.prod(grid) == 0 or backend == "reference":
+        from ..runtime.report import set_last_report
+        set_last_report(None)           # nothing ran on a machine: last_report() says so, as for pypto.jit
+        if math.prod(grid):
+            from .interpret import run_program
+            run_program(prog, tensors, grid, env)
         return None
     graph, _ = execution_graph(compiled, tensors, grid, machine)
     args = {}
