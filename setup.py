@@ -11,6 +11,7 @@ setup(
     extras_require={
         "dev": ["pytest>=7", "hypothesis>=6", "pytest-timeout>=2"],
         "npu": ["torch_npu"],
+        "plot": ["matplotlib>=3.6"],     # pictures: roofline charts, timelines (pypto/runtime/plots.py)
     },
     entry_points={"torch_dynamo_backends": ["pypto = pypto.dynamo:pypto_backend"]},
 )
