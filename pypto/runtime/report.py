@@ -1,13 +1,27 @@
-"""Report: what one run of a program cost — shared by the sim backend (everything filled) and the cpu
-backend (wall time only; the simulated figures stay None).
+"""Report: what one run of a program cost, the one record every backend fills (``last_report()``).
+
+sim fills everything: simulated cycles and time, the roofline, pipe utilisation, and the work the
+simulator counted. cpu fills what the host measured (wall time of the run and, per kernel, of its
+ctypes calls) and the work counted from the Block IR (runtime/host/work.py: GM bytes, cube FLOPs,
+vector ops, PTO instructions, the simulator's definitions); the simulated figures stay None.
 
 The roofline bound is the time the program could not beat on the machine: the largest of its cube
 FLOPs over the cube peak, its vector work over the vector peak, and its minimal GM bytes (inputs read
 once + outputs written once) over the HBM bandwidth. ``roofline_fraction`` = bound / simulated time.
+Achieved GB/s and GFLOP/s are the counted work over the simulated time (sim) or the host's wall time
+of the run (cpu).
+
+The table (``table()``, ``str()``) shows the rows the run measured: a figure that has no meaning on
+the backend (simulated cycles on cpu) is left out, never shown as '-'. ``str()`` is as wide as the
+terminal (rich decides; COLUMNS overrides), 100 columns when there is none (piped, a log file).
 """
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import asdict, dataclass, field
+
+PIPED_WIDTH = 100     # str(report) without a terminal
 
 
 @dataclass
@@ -29,56 +43,109 @@ class Report:
     blocks: int = 0                        # core programs run (block_dim instances)
     instructions: int = 0                  # simulated PTO instructions
     utilization: dict = field(default_factory=dict)   # "AIC"/"AIV" -> {"core": f, "MTE2": f, ...}
-    wall_s: float = 0.0                    # the backend's own wall time
+    wall_s: float = 0.0                    # the backend's own wall time (cpu: the run's kernel launches)
     timing_only: bool = False
     trace_file: str | None = None
     notes: list = field(default_factory=list)
+    kernels: dict = field(default_factory=dict)   # cpu: kernel -> {"launches", "wall_s", "gm_bytes",
+                                                  #   "cube_flops", "vector_ops", "instructions"}
 
     @property
     def instr_per_s(self) -> float | None:
-        return self.instructions / self.wall_s if self.wall_s > 0 and self.instructions else None
+        """Simulated PTO instructions per second of the simulator's wall time (sim only)."""
+        return self.instructions / self.wall_s if self.cycles is not None and self.wall_s > 0 \
+            and self.instructions else None
+
+    def _seconds(self) -> float | None:
+        """The time the achieved rates are over: simulated on sim, the host's wall time elsewhere."""
+        if self.cycles is not None:
+            return self.time_us * 1e-6 if self.time_us else None
+        return self.wall_s if self.wall_s > 0 else None
+
+    @property
+    def gb_per_s(self) -> float | None:
+        t = self._seconds()
+        return self.gm_bytes / t / 1e9 if t and self.instructions else None
+
+    @property
+    def gflop_per_s(self) -> float | None:
+        t = self._seconds()
+        return self.flops / t / 1e9 if t and self.instructions else None
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["instr_per_s"] = self.instr_per_s
+        d["gb_per_s"], d["gflop_per_s"] = self.gb_per_s, self.gflop_per_s
         return d
 
+    def plot_timeline(self, path=None, **options):
+        """The run's per-core, per-pipe timeline as a Gantt chart: a matplotlib Figure, saved as a PNG at
+        ``path`` when given. Needs a traced sim run (``trace="t.json"`` or PYPTO_TRACE) and matplotlib
+        (``pip install pypto[plot]``); options and details in runtime/report_plot.py."""
+        from .report_plot import plot_timeline
+        return plot_timeline(self, path, **options)
+
     def table(self):
-        """A rich Table of the figures (utilisation per core type and pipe included)."""
+        """A rich Table of the figures the run measured (utilisation per core type and pipe included)."""
         from rich.table import Table
         t = Table(title=f"pypto {self.backend} report" + (f" ({self.machine})" if self.machine else ""),
                   show_header=True)
         t.add_column("metric")
-        t.add_column("value", justify="right")
+        t.add_column("value", justify="right", overflow="fold")
+        simulated = self.cycles is not None
+        counted = self.instructions > 0
+        where = "simulated" if simulated else "host"
 
         def row(name, value, fmt="{:,.3f}"):
-            t.add_row(name, "-" if value is None else (fmt.format(value) if fmt else str(value)))
+            if value is not None:
+                t.add_row(name, fmt.format(value) if fmt else str(value))
         row("simulated cycles", self.cycles, "{:,.0f}")
         row("simulated time (us)", self.time_us)
         row("roofline bound (us)", self.roofline_us)
         row("roofline fraction", self.roofline_fraction)
         row("bound by", self.bound_by, None)
-        row("cube GFLOP", self.cube_flops / 1e9 if self.cycles is not None else None)
-        row("vector Gop", self.vector_ops / 1e9 if self.cycles is not None else None)
-        row("GM bytes moved (MB)", self.gm_bytes / 1e6 if self.cycles is not None else None)
-        row("minimal GM bytes (MB)", self.min_gm_bytes / 1e6 if self.cycles is not None else None)
-        row("L2 hit bytes (MB)", self.l2_hit_bytes / 1e6 if self.cycles is not None else None)
+        row("cube GFLOP", self.cube_flops / 1e9 if counted else None)
+        row("vector Gop", self.vector_ops / 1e9 if counted else None)
+        row("GM bytes moved (MB)", self.gm_bytes / 1e6 if counted else None)
+        row("minimal GM bytes (MB)", self.min_gm_bytes / 1e6 if self.min_gm_bytes else None)
+        row("L2 hit bytes (MB)", self.l2_hit_bytes / 1e6 if simulated else None)
+        row(f"achieved GB/s ({where})", self.gb_per_s, "{:,.2f}")
+        row(f"achieved GFLOP/s ({where})", self.gflop_per_s, "{:,.2f}")
         row("tasks / blocks", f"{self.tasks} / {self.blocks}", None)
-        row("instructions", self.instructions, "{:,}")
-        row("wall time (s)", self.wall_s)
+        row("PTO instructions", self.instructions if counted else None, "{:,}")
+        row("simulator wall time (s)" if simulated else "run wall time (ms)",
+            self.wall_s if simulated else self.wall_s * 1e3)
         row("simulated instr / s", self.instr_per_s, "{:,.0f}")
         for core, pipes in self.utilization.items():
             shown = ", ".join(f"{k} {v:.0%}" for k, v in pipes.items())
             t.add_row(f"utilisation {core}", shown)
+        for name, k in self.kernels.items():
+            rates = ""
+            if k.get("wall_s", 0) > 0 and k.get("instructions"):
+                rates = (f", {k['gm_bytes'] / k['wall_s'] / 1e9:,.2f} GB/s, "
+                         f"{(k['cube_flops'] + k['vector_ops']) / k['wall_s'] / 1e9:,.2f} GFLOP/s")
+            t.add_row(f"kernel {name}", f"{k.get('launches', 0)} launch(es), {k.get('wall_s', 0.0) * 1e3:,.3f} ms"
+                      + rates)
+        row("trace file", self.trace_file, None)
         for n in self.notes:
             t.add_row("note", str(n))
         return t
 
     def __str__(self) -> str:
         from rich.console import Console
-        console = Console(width=110, record=True, file=_NullFile())
+        console = Console(record=True, file=_NullFile(), width=_width())
         console.print(self.table())
         return console.export_text()
+
+
+def _width() -> int | None:
+    """None (rich decides: the terminal's width, or COLUMNS) where there is a terminal or COLUMNS is
+    set; else PIPED_WIDTH."""
+    if os.environ.get("COLUMNS", "").isdigit():
+        return None
+    if shutil.get_terminal_size(fallback=(0, 0)).columns > 0:
+        return None
+    return PIPED_WIDTH
 
 
 class _NullFile:
