@@ -5,7 +5,7 @@ builds its ExecutionGraph; the Tensor-level compiler will later produce these gr
 
     python benchmarks/bench_sim.py                 # default sizes, timing-only
     python benchmarks/bench_sim.py --full          # adds matmul 8192^3 (a few minutes)
-    python benchmarks/bench_sim.py --machine a5 --json bench_results/sim.json
+    python benchmarks/bench_sim.py --machine a5 --json bench_results/sim.json --png bench_results/sim.png
 """
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ from tqdm import tqdm                     # noqa: E402
 
 from pypto import dtypes                  # noqa: E402
 from pypto.ir.execution import Buffer, ExecutionGraph, Task   # noqa: E402
+from pypto.machine import load_machine   # noqa: E402
+from pypto.runtime import plots          # noqa: E402
 from pypto.runtime import sim             # noqa: E402
 from pypto.testing import kernels as S     # noqa: E402
 
@@ -90,9 +92,10 @@ def main():
     ap.add_argument("--machine", default="a2a3")
     ap.add_argument("--no-check", action="store_true", help="only time the run without the race/clobber checks")
     ap.add_argument("--json", default=None, help="write the figures to this JSON file")
+    ap.add_argument("--png", default=None, help="save a roofline chart of the cases here (needs pypto[plot])")
     args = ap.parse_args()
 
-    rows = []
+    rows, points = [], []
     for name, build in tqdm(cases(args.full), desc="simulating", unit="case"):
         graph = build()
         checked = None if args.no_check else run_case(graph, args.machine, True)
@@ -108,6 +111,7 @@ def main():
             row |= {"checked_wall_s": crep.wall_s, "checked_instr_per_s_wall": crep.instructions / crep.wall_s,
                     "checked_instr_per_s_cpu": crep.instructions / ccpu if ccpu > 0 else None}
         rows.append(row)
+        points.append(plots.point_from_report(name, rep))
 
     t = Table(title=f"pypto sim on {args.machine} (timing-only); simulator speed without / with the checks")
     cols = ["case", "simulated us", "roofline us", "bound by", "fraction", "instructions", "wall s",
@@ -125,6 +129,9 @@ def main():
                       f"{r['checked_instr_per_s_cpu']:,.0f}"]
         t.add_row(*cells, f"{r['gm_mb']:,.0f}", f"{r['l2_hit_mb']:,.0f}")
     Console(width=200).print(t)
+    if args.png:
+        plots.roofline_chart(points, load_machine(args.machine), args.png,
+                             title=f"bench_sim: hand-built kernels on simulated {args.machine} (timing-only)")
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
