@@ -5,7 +5,11 @@ run natively over torch tensors' memory.
     outputs, report = pypto.runtime.cpu.run(graph, {"x": x}, {"M": 77})
     outputs, report = pypto.runtime.cpu.run_kernel(kernel, {"x": x, "y": y}, {"r0": 0}, block_dim=4)
 
-The report carries wall time (cycles and roofline stay None: only ``sim`` models the machine).
+The report carries what the host measured and what the Block IR says: wall time (the ctypes calls:
+the run, and per kernel summed over its launches), GM bytes, cube FLOPs, vector ops and PTO
+instructions counted from the kernels' Block IR as each launch runs them (runtime/host/work.py, the
+simulator's definitions), and the rates they make on this host. Cycles, roofline and pipe
+utilisation stay None: only ``sim`` models the machine.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from ...ir.block import Kernel
 from ...ir.execution import ExecutionGraph
 from ...machine import MachineSpec, get_machine, load_machine
 from ..host import GMBuffers, Geometry, abi_scalars, bind_sizes, expand, one_task_graph, written_bases
+from ..host.work import count_work, minimal_gm_bytes
 from ..report import Report, set_last_report
 from . import compiler
 from .compiler import STATS, INCLUDE_DIR
@@ -140,6 +145,7 @@ class _Plan:
     def __init__(self, shapes, instances, written, reusable):
         self.shapes = shapes
         self.instances = instances
+        self.work: dict | None = None   # kernel name -> host.work.Work, counted at the first run
         self.written = written          # base buffers some task stores to
         self.reusable = reusable        # workspace bases no output is a view of
         self.spare: dict | None = None  # their tensors, kept from the last run (taken while one runs)
@@ -202,12 +208,17 @@ def run_with(kernels: KernelSet, graph: ExecutionGraph, args: dict, env: dict, *
             plans[key] = plan
     instances = plan.instances
 
+    launch_s: dict = {}             # instance id -> seconds of its ctypes call
+
     def launch(inst, n):
         if inst.launch is None:
             cores = cores_to_run(kernels.ir(inst.task.kernel), inst.block_dim, nthreads)
             ints, reals = abi_scalars(kernels.abis[inst.task.kernel], inst)
             inst.launch = kernels.prepare(inst.task.kernel, ints, reals, cores, spec)
-        inst.launch({p: buffers.get(b, inst.loop_env) for p, b in inst.task.gm_args.items()}, n)
+        gm = {p: buffers.get(b, inst.loop_env) for p, b in inst.task.gm_args.items()}
+        t = time.perf_counter()
+        inst.launch(gm, n)
+        launch_s[inst.id] = time.perf_counter() - t
 
     t0 = time.perf_counter()
     execute(instances, launch, nthreads)
@@ -217,12 +228,30 @@ def run_with(kernels: KernelSet, graph: ExecutionGraph, args: dict, env: dict, *
         if name in plan.written:
             user.copy_(ours)
     outputs = {name: args[name] if name in args else buffers.tensors[name] for name in graph.outputs}
-    report = Report(backend="cpu", machine=spec.name, tasks=len(instances),
-                    blocks=sum(i.block_dim for i in instances), wall_s=run_s,
-                    notes=[_build_note(built),
-                           f"setup {setup_s * 1e3:.1f} ms, run {run_s * 1e3:.2f} ms on {nthreads} thread(s)"])
+    if plan.work is None:
+        plan.work = count_work(instances, spec.cores.get("aiv_per_aic", 2))
+    report = _report(graph, spec, plan, instances, launch_s, run_s)
+    report.notes = [_build_note(built), f"setup {setup_s * 1e3:.1f} ms, run {run_s * 1e3:.2f} ms on "
+                    f"{nthreads} thread(s); kernel times are their ctypes calls, summed over launches"]
     set_last_report(report)
     return outputs, report
+
+
+def _report(graph, spec, plan, instances, launch_s, run_s) -> Report:
+    kernels = {}
+    for inst in instances:
+        k = kernels.setdefault(inst.plan.kernel.name, {"wall_s": 0.0})
+        k["wall_s"] += launch_s.get(inst.id, 0.0)
+    for name, w in plan.work.items():
+        kernels[name].update(launches=w.launches, gm_bytes=w.gm_bytes, cube_flops=w.cube_flops,
+                             vector_ops=w.vector_ops, instructions=w.instructions)
+    total = list(plan.work.values())
+    cube, vec = sum(w.cube_flops for w in total), sum(w.vector_ops for w in total)
+    return Report(backend="cpu", machine=spec.name, tasks=len(instances),
+                  blocks=sum(i.block_dim for i in instances), wall_s=run_s, flops=cube + vec, cube_flops=cube,
+                  vector_ops=vec, gm_bytes=sum(w.gm_bytes for w in total),
+                  min_gm_bytes=minimal_gm_bytes(graph, plan.shapes),
+                  instructions=sum(w.instructions for w in total), kernels=kernels)
 
 
 def _build_note(built) -> str:

@@ -17,6 +17,7 @@ Modules, in the order a run uses them:
   exprs.py     sympy scalar expressions compiled into Python (also the sim's block compiler's)
   one_task.py  the one-task graph of ``run_kernel``
   abi_args.py  a task instance's scalar arguments for generated code (cpu, npu)
+  work.py      the work of a run counted from its Block IR (GM bytes, FLOPs, instructions: the cpu report)
 
 What the backends keep: sim (runtime/sim) the machine model: cores, pipes, timing, the scheduler of
 instances onto cores, the checks; cpu (runtime/cpu) the g++ build, ctypes launches and the run

@@ -21,7 +21,6 @@ run uses them:
 """
 from __future__ import annotations
 
-import math
 import os
 import time
 
@@ -33,6 +32,7 @@ from ...ir.execution import ExecutionGraph
 from ...machine import MachineSpec, get_machine, load_machine
 from ..report import Report, set_last_report
 from ..host import GMBuffers, Geometry, bind_sizes, one_task_graph, written_bases
+from ..host.work import minimal_gm_bytes
 from .control import expand
 from .engine import SimState
 from .launch import Launcher
@@ -122,9 +122,7 @@ def _run(graph, args, env, machine, timing_only, trace, policy, check, stitch):
 
 
 def _report(graph, spec, state, shapes, cycles, n_tasks, timing_only) -> Report:
-    def nbytes(name):
-        return math.prod(shapes[name]) * graph.buffers[name].dtype.itemsize
-    min_bytes = sum(nbytes(n) for n in set(graph.inputs)) + sum(nbytes(n) for n in set(graph.outputs))
+    min_bytes = minimal_gm_bytes(graph, shapes)
     hbm_cycles = min_bytes / spec.hbm_bytes_per_cycle
     cube_cycles = state.cube_cycles / max(1, spec.num_aic)
     vec_cycles = state.vec_cycles / max(1, spec.num_aiv)
