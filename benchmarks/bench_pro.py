@@ -3,7 +3,7 @@ Tensor-level compiler on the same problem.
 
     python benchmarks/bench_pro.py                 # flash attention seq 8192, head dim 128 (a2a3), ~5 min
     python benchmarks/bench_pro.py --quick         # seq 2048
-    python benchmarks/bench_pro.py --json out.json
+    python benchmarks/bench_pro.py --json out.json --png bench_results/pro.png
 
 Flash attention runs timing-only (no arithmetic) over batch*heads = 3 x 8192 / 128 = 192 query blocks
 on the 24 clusters (8 full waves). "cube roofline" = the matmul FLOPs at the cube's peak
@@ -29,6 +29,7 @@ import flash_attention as fa  # noqa: E402
 import pypto  # noqa: E402
 import pypto.nn.functional as F  # noqa: E402
 from pypto.machine import get_machine  # noqa: E402
+from pypto.runtime import plots  # noqa: E402
 
 
 def cube_fraction(report, machine) -> float:
@@ -67,6 +68,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="seq 2048 instead of 8192")
     ap.add_argument("--json", help="write the rows as JSON")
+    ap.add_argument("--png", help="save a roofline chart of the rows here (needs pypto[plot])")
     args = ap.parse_args(argv)
     machine = get_machine()
     bh, seq, d = 3, (2048 if args.quick else 8192), 128
@@ -78,7 +80,7 @@ def main(argv=None):
              ("pro FA, fp16 handoff + fp16 softmax, 256-key blocks, pipelined",
               lambda: pro_attention(bh, seq, d, True, "fp16", machine, math="fp16", block_k=256)),
              ("tensor level F.scaled_dot_product_attention", lambda: tensor_attention(bh, seq, d))]
-    rows = []
+    rows, points = [], []
     console = Console(width=170)
     with console.status("simulating") as status:
         for name, fn in cases:
@@ -86,6 +88,7 @@ def main(argv=None):
             t0 = time.perf_counter()
             report = fn()
             rows.append(row(name, report, machine, time.perf_counter() - t0))
+            points.append(plots.point_from_report(name, report))
     table = Table(title=f"attention [{bh} x {seq} x {d}] fp16 on simulated {machine.name} "
                         f"({machine.num_aic} AIC + {machine.num_aiv} AIV), timing only")
     for col in ("kernel", "time (us)", "cube roofline", "bound by", "GM TB/s", "HBM TB/s", "AIC M util",
@@ -102,6 +105,9 @@ def main(argv=None):
                   "TB/s, which bounds this design below the cube roofline (see pypto_pro/language/README.md, "
                   "'flash attention'). The HBM column counts GM bytes less L2 read hits; the Report's note has "
                   "the bytes HBM really moved.")
+    if args.png:
+        plots.roofline_chart(points, machine, args.png, title=f"bench_pro: attention [{bh} x {seq} x {d}] fp16 on "
+                                                             f"simulated {machine.name} (timing only)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
