@@ -3,7 +3,7 @@ kernels) for a 4096^3 fp16 matmul and a 24-layer MLP stack (goal: < 2 s each), w
 pass, the number of kernels and tasks, and — in timing-only simulation — the simulated time and the
 fraction of the roofline the lowered programs reach.
 
-    python benchmarks/bench_compile.py [--no-sim]
+    python benchmarks/bench_compile.py [--no-sim] [--png bench_results/compile.png]
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from rich.table import Table
 
 import pypto
 from pypto.passes.pipeline import last_timings, lower
+from pypto.runtime import plots
 
 HIDDEN, FFN, LAYERS, TOKENS = 1024, 2816, 24, 512
 
@@ -57,12 +58,14 @@ CASES = {"matmul 4096^3 fp16": matmul_case, f"MLP {LAYERS} layers (rms_norm, x +
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--no-sim", action="store_true", help="skip the timing-only simulation")
+    ap.add_argument("--png", help="save a roofline chart of the simulated cases here (needs pypto[plot])")
     args = ap.parse_args()
     console = Console(width=200)
     t = Table(title="pypto compile time (trace + lower)")
     for col in ("case", "ops", "trace s", "lower s", "total s", "kernels", "tasks", "slowest passes",
                 "sim us", "roofline"):
         t.add_column(col, justify="right" if col not in ("case", "slowest passes") else "left")
+    points = []
     for name, make in CASES.items():
         fn, inputs = make()
         t0 = time.perf_counter()
@@ -76,10 +79,14 @@ def main():
             from pypto.runtime import sim
             _, rep = sim.run(eg, dict(zip(eg.inputs, inputs)), {}, timing_only=True)
             sim_us, frac = f"{rep.time_us:,.1f}", f"{rep.roofline_fraction:.2f} ({rep.bound_by})"
+            points.append(plots.point_from_report(name, rep))
         t.add_row(name, str(g.count_ops()), f"{t1 - t0:.3f}", f"{t2 - t1:.3f}", f"{t2 - t0:.3f}",
                   str(len(eg.kernels)), str(len(list(eg.tasks()))),
                   ", ".join(f"{k} {v:.2f}" for k, v in passes), sim_us, frac)
     console.print(t)
+    if args.png and points:
+        plots.roofline_chart(points, pypto.get_machine(), args.png,
+                             title="bench_compile: the lowered programs on the simulated machine (timing only)")
 
 
 if __name__ == "__main__":
