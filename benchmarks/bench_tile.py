@@ -5,7 +5,7 @@ head, half of it plus the diagonal when causal) over (simulated cycles x cube co
 Tile rows compare with the faster of the two Tensor-level forms that compiles.
 
     python benchmarks/bench_tile.py                   # a2a3; attention with 1 head and with 8 heads
-    python benchmarks/bench_tile.py --heads 16 --json bench_results/tile.json
+    python benchmarks/bench_tile.py --heads 16 --json bench_results/tile.json --png bench_results/tile.png
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ import pypto                                   # noqa: E402
 import pypto.nn.functional as F                # noqa: E402
 import pypto.tile as pt                        # noqa: E402
 from pypto.machine import load_machine         # noqa: E402
+from pypto.runtime import plots                # noqa: E402
 
 
 def _example(name):
@@ -129,6 +130,7 @@ def main():
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--heads", type=int, default=8, help="attention is also run with this many heads (batch*heads)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--png", default=None, help="save a roofline chart of the rows here (needs pypto[plot])")
     args = ap.parse_args()
     spec = load_machine(args.machine)
     peak = spec.num_aic * spec.cube_flops_per_cycle("float16")
@@ -154,9 +156,10 @@ def main():
               ("matmul+bias+gelu 2048^3", "Tile ([128, 256] tiles, K step 64)", 0, None, tile_matmul_gelu,
                (args.machine, 2048, 2048, 2048))]
 
-    rows, base = [], {}
+    rows, base, points = [], {}, []
     for case, level, heads, causal, fn, fargs in tqdm(cases, desc="simulating", unit="case"):
         rep, wall, err = _run(fn, *fargs)
+        points.append(plots.point_from_report(f"{case}, {level}", rep) if rep is not None else None)
         row = {"case": case, "level": level, "error": err, "wall_s": wall}
         if rep is not None:
             row |= {"us": rep.time_us, "cycles": rep.cycles, "gm_mb": rep.gm_bytes / 1e6,
@@ -184,6 +187,9 @@ def main():
                   f"{r['speedup']:.2f}x" if "speedup" in r else "-", f"{r['gm_mb']:,.0f}", f"{r['hbm_mb']:,.0f}",
                   r["bound_by"], f"{r['wall_s']:.1f}")
     Console(width=200).print(t)
+    if args.png:
+        plots.roofline_chart(points, spec, args.png, title=f"bench_tile: Tile vs Tensor level on simulated "
+                                                          f"{args.machine} (timing only)")
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
