@@ -1,6 +1,6 @@
 """Gated DeltaNet (Qwen3-Next) benchmark: the pypto kernels against the machine's roofline and torch.
 
-    python benchmarks/bench_gdn.py [--quick] [--skip sim,cpu,compile] [--tensor-lengths 1024]
+    python benchmarks/bench_gdn.py [--quick] [--skip sim,cpu,compile] [--tensor-lengths 1024] [--png gdn.png]
 
 (a) chunk_gated_delta_rule, timing-only simulation of the a2a3 machine at B=1, T=8192 and 32768,
     H=16, HV=32, K=V=128, bf16: simulated time vs the roofline bound, for the Professional-mode
@@ -32,6 +32,7 @@ from models.qwen3_next import Qwen3NextGatedDeltaNet, Qwen3NextGDNConfig  # noqa
 from models.qwen3_next import pro_kernels  # noqa: E402
 from models.qwen3_next.functional import chunk_gated_delta_rule, kernel_function  # noqa: E402
 from models.qwen3_next.reference import chunk_gated_delta_rule_ref  # noqa: E402
+from pypto.runtime import plots  # noqa: E402
 
 console = Console(width=120)
 
@@ -59,11 +60,12 @@ def why(e: BaseException) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
-def bench_sim(lengths, C=64, tensor_lengths=(1024,)):
+def bench_sim(lengths, C=64, tensor_lengths=(1024,), png=None):
     """Both implementations of chunk_gated_delta_rule: the Professional-mode kernel (impl="pro",
     pro_kernels.py: bf16 in/out, fp16 matmul operands, fp32 accumulation and state) at every T of
     ``lengths``, and the Tensor-level kernels (impl="tensor", fp32 or bf16 matmul operands) at the
-    shorter ``tensor_lengths`` only: their simulation takes over ten minutes at T = 8192."""
+    shorter ``tensor_lengths`` only: their simulation takes over ten minutes at T = 8192. png: where to
+    save a roofline chart of the runs (the FLOPs and bytes above over the simulated time)."""
     machine = pypto.load_machine("a2a3")
     table = Table(title="(a) chunk_gated_delta_rule, timing-only sim on a2a3 (B=1, H=16, HV=32, K=V=128, bf16 in/out)")
     for col in ("impl", "T", "matmul operands", "GFLOP", "min MB", "roofline us", "bound by", "simulated us",
@@ -72,7 +74,7 @@ def bench_sim(lengths, C=64, tensor_lengths=(1024,)):
     options = {"timing_only": True, "machine": "a2a3"}
     runs = [("pro", T, None) for T in sorted(set(lengths) | set(tensor_lengths))] + \
         [("tensor", T, cube) for T in tensor_lengths for cube in (None, pypto.bfloat16)]
-    failures = {}
+    failures, points = {}, []
     for impl, T, cube_dtype in runs:
         flops, nbytes, bound_us, by = roofline(T, 16, 32, 128, 128, C, machine)
         q, k, v, g, beta = gdn_inputs(1, T, 16, 32, 128, 128, torch.bfloat16, random=False)
@@ -89,12 +91,16 @@ def bench_sim(lengths, C=64, tensor_lengths=(1024,)):
                           else kernel_function("chunk", "sim", **options)).last_report
                 sim_us = report.time_us
                 row += [f"{sim_us:.1f}", f"{bound_us / sim_us:.4f}", f"{wall:.1f}"]
+                points.append(plots.RooflinePoint(f"{impl} T={T}, {operands} operands", flops, nbytes, sim_us * 1e-6))
             except Exception as e:  # noqa: BLE001 - the table says why
                 failures[impl] = why(e)
         if impl in failures:
             row += ["unavailable", "-", "-"]
         table.add_row(*row)
     console.print(table)
+    if png and points:
+        plots.roofline_chart(points, machine, png, title="bench_gdn: chunk_gated_delta_rule on simulated a2a3 "
+                                                         "(timing only; the algorithm's FLOPs and bytes)")
     if tensor_lengths and max(tensor_lengths) < max(lengths):
         console.print(f"[yellow]the tensor impl is simulated at T = {', '.join(map(str, tensor_lengths))} only "
                       f"(T = 8192 takes over ten minutes); compare fractions, not times[/yellow]")
@@ -196,11 +202,12 @@ def main(argv=None):
     p.add_argument("--skip", default="", help="comma-separated parts to skip: sim, cpu, compile")
     p.add_argument("--tensor-lengths", default="1024",
                    help="(a): comma-separated T at which the Tensor-level kernels are simulated too ('' for none)")
+    p.add_argument("--png", default=None, help="(a): save a roofline chart of the runs here (needs pypto[plot])")
     args = p.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     if "sim" not in skip:
         tensor_lengths = tuple(int(t) for t in args.tensor_lengths.split(",") if t)
-        bench_sim([8192] if args.quick else [8192, 32768], tensor_lengths=tensor_lengths)
+        bench_sim([8192] if args.quick else [8192, 32768], tensor_lengths=tensor_lengths, png=args.png)
     if "cpu" not in skip:
         bench_cpu(T=1024 if args.quick else 4096)
     if "compile" not in skip:
