@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..errors import PyptoError
+from ..errors import PyptoError, user_entry
 
 INSTALL_HINT = "pip install pypto[plot]   (or: pip install matplotlib)"
 
@@ -84,6 +84,7 @@ def roofs(machine) -> tuple[list, float]:
     return flat, machine.memory["hbm_bytes_per_s"]
 
 
+@user_entry
 def roofline_chart(points, machine, path=None, title: str | None = None):
     """The roofline chart of ``points`` (RooflinePoints; None entries are left out) on ``machine`` (a
     MachineSpec); saved as a PNG at ``path`` when given. Returns the Figure: its one Axes holds one
