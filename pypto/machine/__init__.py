@@ -1,8 +1,15 @@
-"""MachineSpec: what the target machine has, as data (see the .toml files beside this module)."""
+"""MachineSpec: what the target machine has, as data (see the .toml files beside this module).
+
+Contract: one ``<name>.toml`` a machine; every figure in it carries a comment naming its public source
+(numbered references ``[n]`` are listed at the top of the file; ``figure_sources`` reads them back, and
+tests/machine checks that none is missing). ``load_machine`` takes a machine name or a path to a .toml
+file of the same layout (an edited copy, for calibration experiments).
+"""
 from __future__ import annotations
 
+import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import PyptoError
@@ -23,6 +30,7 @@ class MachineSpec:
     memory: dict
     dispatch: dict
     cross_core: dict          # cube <-> vector flags of a cluster: flags, max_pending_sets
+    launch: dict = field(default_factory=dict)   # a whole launch: start_cycles, drain_cycles
     raw: dict = field(repr=False, default_factory=dict)
 
     @property
@@ -59,17 +67,66 @@ class MachineSpec:
     def cycles_to_us(self, cycles: float) -> float:
         return cycles / (self.clock_ghz * 1e3)
 
+    def without_launch(self) -> "MachineSpec":
+        """The same machine with no launch start or drain ([launch]): the cores' own time, for comparing
+        how work scales without the fixed cost of a launch."""
+        return replace(self, launch={}, raw={**self.raw, "launch": {}})
 
-def load_machine(name: str) -> MachineSpec:
-    path = _DIR / f"{name}.toml"
+
+def _path(name: str) -> Path:
+    path = Path(name) if str(name).endswith(".toml") else _DIR / f"{name}.toml"
     if not path.exists():
         known = sorted(p.stem for p in _DIR.glob("*.toml"))
-        raise PyptoError(f"unknown machine '{name}'; known machines: {', '.join(known)}")
-    data = tomllib.loads(path.read_text())
-    return MachineSpec(name=data["name"], description=data["description"], clock_ghz=data["clock_ghz"],
-                       alignment=data["alignment"], cores=data["cores"], capacity=data["capacity"],
-                       cube=data["cube"], vector=data["vector"], memory=data["memory"],
-                       dispatch=data["dispatch"], cross_core=data["cross_core"], raw=data)
+        raise PyptoError(f"unknown machine '{name}'; known machines: {', '.join(known)} (or a path to a .toml file)")
+    return path
+
+
+def load_machine(name: str) -> MachineSpec:
+    """The machine ``name`` (a file of this folder) or the .toml file at path ``name``."""
+    path = _path(name)
+    try:
+        data = tomllib.loads(path.read_text())
+        return MachineSpec(name=data["name"], description=data["description"], clock_ghz=data["clock_ghz"],
+                           alignment=data["alignment"], cores=data["cores"], capacity=data["capacity"],
+                           cube=data["cube"], vector=data["vector"], memory=data["memory"],
+                           dispatch=data["dispatch"], cross_core=data["cross_core"],
+                           launch=data.get("launch", {}), raw=data)
+    except (tomllib.TOMLDecodeError, KeyError) as e:
+        raise PyptoError(f"machine file {path}: {type(e).__name__}: {e}") from None
+
+
+_REF = re.compile(r"^#\s+\[(\d+)\]\s*(.*)$")
+_TABLE = re.compile(r"^\[(\w+)\]")
+_FIGURE = re.compile(r"^(\w+)\s*=\s*([^#]+?)\s*(?:#\s*(.*))?$")
+
+
+def references(name: str) -> dict:
+    """The numbered references ``[n]`` at the top of a machine file: {n: text}."""
+    refs, last = {}, None
+    for line in _path(name).read_text().splitlines():
+        m = _REF.match(line)
+        if m:
+            last = int(m.group(1))
+            refs[last] = m.group(2)
+        elif last is not None and line.startswith("#      "):
+            refs[last] += " " + line[1:].strip()
+        elif not line.startswith("#"):
+            last = None
+    return refs
+
+
+def figure_sources(name: str) -> list:
+    """Every figure of a machine file as (``table.key``, value text, its comment — '' where it has none)."""
+    out, table = [], ""
+    for line in _path(name).read_text().splitlines():
+        t = _TABLE.match(line)
+        if t:
+            table = t.group(1) + "."
+            continue
+        m = _FIGURE.match(line)
+        if m and m.group(1) not in ("name", "description"):
+            out.append((table + m.group(1), m.group(2), (m.group(3) or "").strip()))
+    return out
 
 
 _current = {"machine": None}
