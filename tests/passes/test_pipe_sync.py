@@ -330,8 +330,8 @@ def test_a_scratch_tile_is_a_write_of_its_instruction_and_a_user_barrier_clears(
 
 def _unseparated_vector_hazards(block) -> list:
     """(first, second) vector instructions of one statement list where the second reads or writes what the
-    first wrote with no pipe_barrier between them (a check of each list on its own, independent of the pass:
-    it does not follow loops or branches)."""
+    first wrote, or writes what the first read, with no pipe_barrier between them (a check of each list on
+    its own, independent of the pass: it does not follow loops or branches)."""
     found = []
 
     def rng(name):
@@ -339,18 +339,20 @@ def _unseparated_vector_hazards(block) -> list:
         return (t.space, t.addr, t.addr + t.nbytes)
 
     def check(stmts):
-        written = []
+        written = []                   # (range, instruction, written (else read)) since the last barrier
         for s in stmts:
             if isinstance(s, PipeBarrier):
                 written = []
             elif hasattr(s, "op") and s.pipe == Pipe.V:
                 scratch = [s.attrs["tmp"]] if isinstance(s.attrs.get("tmp"), str) else []
                 names = s.tile_operands() + scratch
-                for w, first in written:
-                    if any(rng(n)[0] == w[0] and rng(n)[1] < w[2] and w[1] < rng(n)[2] for n in names):
+                outs = s.tile_operands()[:1] + scratch
+                for w, first, was_write in written:
+                    later = names if was_write else outs
+                    if any(rng(n)[0] == w[0] and rng(n)[1] < w[2] and w[1] < rng(n)[2] for n in later):
                         found.append((first.op, s.op))
                         break
-                written += [(rng(n), s) for n in s.tile_operands()[:1] + scratch]
+                written += [(rng(n), s, True) for n in outs] + [(rng(n), s, False) for n in names]
             for body in (getattr(s, "body", None), getattr(s, "then_body", None), getattr(s, "else_body", None)):
                 if isinstance(body, list):
                     check(body)
