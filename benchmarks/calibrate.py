@@ -117,7 +117,8 @@ def rows(measured: dict, data: dict) -> list:
         c = cann[n]
         out.append({"program": n, "hints": PROGRAMS[n][3], "ours": m["cycles"], "cann": c,
                     "ratio": m["cycles"] / c, "ours_8819b03": by_name[n]["ours_8819b03"],
-                    "issue_ratio": by_name[n]["issue_ratio"], "in_band": BAND[0] <= m["cycles"] / c <= BAND[1]})
+                    "issue_ratio": by_name[n]["issue_ratio"], "why": by_name[n].get("why", ""),
+                    "in_band": BAND[0] <= m["cycles"] / c <= BAND[1]})
     return out
 
 
@@ -140,13 +141,13 @@ def write_docs(table: list, spec, data: dict, machines=("a2a3", "a5")) -> str:
         "",
         f"Goal: ours / CANN within {BAND[0]}-{BAND[1]}x on every program.",
         "",
-        "| program | tile hints | ours @8819b03 | issue ratio @8819b03 | CANN cost model (derived) | ours now | ours / CANN | in band |",
-        "|---|---|---:|---:|---:|---:|---:|---|",
+        "| program | tile hints | ours @8819b03 | issue ratio @8819b03 | CANN cost model (derived) | ours now | ours / CANN | in band | what sets ours |",
+        "|---|---|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in table:
         hints = "; ".join(f"{k} {list(v) if not isinstance(v, list) else v}" for k, v in r["hints"].items())
         lines.append(f"| {r['program']} | `{hints}` | {r['ours_8819b03']:,.0f} | {r['issue_ratio']:.2f} | "
-                     f"{r['cann']:,.0f} | {r['ours']:,.0f} | {r['ratio']:.2f} | {'yes' if r['in_band'] else 'no'} |")
+                     f"{r['cann']:,.0f} | {r['ours']:,.0f} | {r['ratio']:.2f} | {'yes' if r['in_band'] else 'no'} | {r['why']} |")
     lines += ["", "## Where the figures come from", "", data["notes"].strip(), ""]
     for name in machines:
         lines += [f"## Machine figures of `{name}` and their sources", "",
