@@ -35,7 +35,7 @@ import torch
 
 from ...errors import SimError
 from ...ir import gm_bounds
-from .functional import execute, gm_index, make_views, operand_shapes
+from .functional import TileViews, execute, gm_index, operand_shapes
 from .program import BARRIER, INSTR, SET, WAIT, XSET, XWAIT
 from .timing import NPIPES, PIPES, S_PIPE
 
@@ -61,7 +61,7 @@ class Core:
                 if space not in self.buffers:
                     cap = self.spec.capacity[space.capacity_key]
                     self.buffers[space] = torch.full((cap,), POISON, dtype=torch.uint8)
-            hit = (cb, make_views(self.buffers, cb))
+            hit = (cb, TileViews(self.buffers, cb))
             self._views[id(cb)] = hit
         for space in cb.spaces:
             self.buffers[space].fill_(POISON)
@@ -282,7 +282,7 @@ class CoreRun:
             if nbytes:
                 self.gm_check(cop, vals)
         if self.functional:
-            execute(self.views, self.gm, cop, vals)
+            execute(self.views, self.gm, cop, vals, self.state.gm_arrays)
         if self.trace is not None:
             self.trace.append((self.core.name, p, start, end, cop))
 

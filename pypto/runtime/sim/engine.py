@@ -9,6 +9,7 @@ from collections import deque
 from ...errors import SimError
 from ...ir.block import BLOCK_IDX, BLOCK_NUM, SUBBLOCK_IDX, CoreType
 from .core import Core, CoreRun
+from .functional import GMArrays
 from .gm import GlobalMemory
 from .timing import sim_params
 
@@ -28,6 +29,7 @@ class SimState:
         self.aiv = [Core(CoreType.AIV, i, spec) for i in range(spec.num_aiv)]
         self.aiv_per_aic = spec.cores.get("aiv_per_aic", 2)
         self.trace_events = [] if trace else None
+        self.gm_arrays = GMArrays() if functional else None
         self.task_slices = []          # (core name, start, end, label, block name, loc)
         self.n_instr = 0
         self.gm_bytes = 0

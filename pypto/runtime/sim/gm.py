@@ -66,27 +66,37 @@ class GlobalMemory:
             i = self.base_ids[base] = len(self.base_ids) + 1
         return i
 
+    @staticmethod
+    def _linear(vals, n_tiles: int, shape) -> int:
+        """The element offset of the box's first element (its GM offsets follow the valid shapes in vals)."""
+        base = 2 * n_tiles
+        if len(shape) == 2:
+            return vals[base] * shape[1] + vals[base + 1]
+        lin, stride = 0, 1
+        for o, d in zip(reversed(vals[base:base + len(shape)]), reversed(shape)):
+            lin += o * stride
+            stride *= d
+        return lin
+
     def box_lines(self, loc, shape, itemsize: int, trans: bool, vals, n_tiles: int):
         """The L2 lines of the GM box an instruction moves (``loc`` = (base buffer, byte offset)): a range
         of line ids when the box is one contiguous byte range, else a frozenset."""
+        rows, cols = (vals[1], vals[0]) if trans else (vals[0], vals[1])
+        rank = len(shape)
+        seg = cols * itemsize
+        row = shape[-1] * itemsize
+        if rank == 1 or rows <= 1 or seg == row:          # one contiguous byte range (not cached)
+            tag = self.base_ids.get(loc[0]) or self.base_id(loc[0])
+            start = loc[1] + self._linear(vals, n_tiles, shape) * itemsize
+            n = seg if rank == 1 or rows <= 1 else rows * row
+            tag <<= BASE_SHIFT
+            return range(tag + (start >> LINE_SHIFT), tag + ((start + n - 1) >> LINE_SHIFT) + 1)
         key = (loc, trans, vals)
         hit = self.box_cache.get(key)
         if hit is not None:
             return hit
-        rows, cols = (vals[1], vals[0]) if trans else (vals[0], vals[1])
-        rank = len(shape)
-        offs = vals[2 * n_tiles: 2 * n_tiles + rank]
-        lin, stride = 0, 1
-        for o, d in zip(reversed(offs), reversed(shape)):
-            lin += o * stride
-            stride *= d
-        start = loc[1] + lin * itemsize
-        seg = cols * itemsize
-        row = shape[-1] * itemsize
+        start = loc[1] + self._linear(vals, n_tiles, shape) * itemsize
         tag = self.base_id(loc[0]) << BASE_SHIFT
-        if rank == 1 or rows <= 1 or seg == row:          # one contiguous byte range
-            n = seg if rank == 1 or rows <= 1 else rows * row
-            return range(tag + (start >> LINE_SHIFT), tag + ((start + n - 1) >> LINE_SHIFT) + 1)   # not cached
         if row % LINE == 0:                              # every row covers the same lines, shifted
             step = row >> LINE_SHIFT
             f = tag + (start >> LINE_SHIFT)

@@ -45,14 +45,14 @@ class TileInfo:
 
 class COp:
     """One statement, compiled."""
-    __slots__ = ("kind", "pipe", "pipe_enum", "op", "stmt", "loc", "block", "text", "index",
+    __slots__ = ("kind", "pipe", "pipe_enum", "op", "stmt", "loc", "block", "_text", "index",
                  "tiles", "reads", "writes", "region", "attrs", "sem", "gm_param", "gm_rank", "gm_itemsize",
                  "n_tiles", "scalar_at", "trans", "gm_region", "measure", "static", "dynamic_valid",
                  "key", "other", "event", "flag", "kind_name", "fits", "gm_fits", "mcache", "nvalid",
                  "read_atoms", "write_atoms")
 
-    def __init__(self, kind, stmt, block, text):
-        self.kind, self.stmt, self.block, self.text = kind, stmt, block, text
+    def __init__(self, kind, stmt, block, text=None):
+        self.kind, self.stmt, self.block, self._text = kind, stmt, block, text
         self.loc = getattr(stmt, "loc", None) or block.loc
         self.tiles = ()
         self.reads = self.writes = ()
@@ -62,6 +62,15 @@ class COp:
         self.gm_param = None
         self.trans = False
         self.attrs = {}
+
+    @property
+    def text(self) -> str:
+        """The statement as Block IR text; printed when first asked for (errors, traces): printing the
+        operands' sympy expressions is most of a block's compile time otherwise."""
+        if self._text is None:
+            s = self.stmt
+            self._text = _instr_text(s, self.block) if s.op in ISA else s.op
+        return self._text
 
     def where(self) -> str:
         loc = f" at {self.loc}" if self.loc else ""
@@ -147,7 +156,7 @@ class CompiledBlock:
     # ------------------------------------------------------------------ compile statements
     def _compile_instr(self, s: Instr) -> tuple[COp, list]:
         block = self.block
-        cop = COp(INSTR, s, block, _instr_text(s, block) if s.op in ISA else s.op)
+        cop = COp(INSTR, s, block)
         cop.pipe_enum = Pipe(s.pipe)
         cop.pipe = PIPE_INDEX[cop.pipe_enum]
         cop.op = s.op
