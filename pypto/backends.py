@@ -70,14 +70,23 @@ def _run_options(options: dict) -> dict:
 
 
 def compile_graph(graph, backend: str, options: dict) -> Compiled:
+    """Lower ``graph`` for ``backend``. options: machine, dump (the compilation's dump folder, an
+    ir.dump.Dump the front end opened, or None) and the run options (timing_only, trace). A dump gets
+    the traced graph, every stage of the lowering and the generated C++ (runtime/dump_cpp.py)."""
     check_backend(backend)
     from .runtime.index_bounds import index_checks
     checks = index_checks(graph)
+    dump = options.get("dump")
+    if dump is not None:
+        dump.write("traced", graph)
     if backend == "reference":
         return Compiled(backend, graph, None, options, checks)
     try:
         lower = importlib.import_module("pypto.passes.pipeline").lower
     except ModuleNotFoundError as e:
         raise PyptoError(f"backend '{backend}' needs the lowering pipeline, which is not available: {e}") from None
-    program = lower(graph, **{k: v for k, v in options.items() if k in ("machine", "dump")})
+    program = lower(graph, machine=options.get("machine"), dump=dump)
+    if dump is not None:
+        from .runtime.dump_cpp import write_cpp
+        write_cpp(dump, program, options.get("machine"))
     return Compiled(backend, graph, program, options, checks)

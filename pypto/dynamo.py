@@ -12,7 +12,8 @@ in eager instead: a slower answer, never a wrong one.
 Options (``torch.compile(..., options={...})``):
   backend      reference | sim | cpu | npu   (default: pypto.get_backend())
   machine      machine name for the lowered backends (a2a3, a5)
-  dump         directory: per partition, the ATen graph and the TensorGraph (and the backend's stages)
+  dump         directory (else PYPTO_DUMP): per partition, the ATen graph, the TensorGraph and the backend's
+               stages (pypto/ir/dump.py)
   strict       raise instead of falling back to eager (for debugging a model's conversion)
   check        compare each partition with eager the first time it runs at each size (default: on for
                the lowered backends, off for reference); a mismatch logs and falls back to eager
@@ -26,16 +27,14 @@ import collections
 import functools
 import itertools
 import logging
-import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from . import backends
 from .errors import PyptoError
-from .sanitize import path_component
+from .ir.dump import TENSOR_STAGES, Dump, dump_root, open_tensor_dump
 
 log = logging.getLogger("pypto.dynamo")
 
@@ -190,12 +189,16 @@ def _is_size_math(node) -> bool:
 
 def compile_partition(sub: torch.fx.GraphModule, name: str, opts: Options) -> torch.nn.Module:
     from .fx.convert import convert
-    _dump_text(opts.dump, name, "aten_graph.py", sub.code)
+    dump = None
     try:
         conv = convert(sub, name)
-        _dump_text(opts.dump, name, "tensor_graph.txt", str(conv.graph))
-        compiled = backends.compile_graph(conv.graph, opts.backend, opts.compile_options)
+        dump = open_tensor_dump(conv.graph, opts.dump, level=DUMP_LEVEL)
+        if dump is not None:
+            dump.write("aten", text=sub.code, ext="py")
+        compiled = backends.compile_graph(conv.graph, opts.backend, {**opts.compile_options, "dump": dump})
     except Exception as e:
+        if dump is None:
+            _dump_unconverted(opts.dump, name, sub)
         if opts.strict:
             raise
         counters["fallbacks"] += 1
@@ -213,12 +216,13 @@ def _why(e: Exception) -> str:
     return e.message if isinstance(e, PyptoError) else f"{type(e).__name__}: {e}"
 
 
-def _dump_text(root, name, file, text) -> None:
-    root = root or os.environ.get("PYPTO_DUMP")
-    if root:
-        d = Path(root) / path_component(name)
-        d.mkdir(parents=True, exist_ok=True)
-        (d / file).write_text(text + "\n")
+DUMP_LEVEL = "torch.compile partition"
+
+
+def _dump_unconverted(root, name, sub) -> None:
+    """A partition pypto could not convert still shows its ATen graph in the dump."""
+    if dump_root(root) is not None:
+        Dump.open(dump_root(root), TENSOR_STAGES, name, DUMP_LEVEL).write("aten", text=sub.code, ext="py")
 
 
 # ============================================================================ running

@@ -7,8 +7,6 @@ dynamic shapes do), plus every non-tensor argument. One trace serves every value
 from __future__ import annotations
 
 import functools
-import os
-from pathlib import Path
 
 import sympy
 import torch
@@ -16,8 +14,9 @@ import torch
 from .. import backends, dtypes, symbolic as sym
 from ..errors import (PyptoError, ShapeError, DTypeError, SymbolicError, TypeMismatchError, user_entry,
                       user_location)
+from ..ir.dump import open_tensor_dump
 from ..ir.tensor_graph import OutputSpec, TensorGraph, ValueInfo
-from ..sanitize import path_component, user_name
+from ..sanitize import user_name
 from . import context as ctx
 from .api import fresh
 from .signature import evaluated_signature
@@ -167,8 +166,9 @@ class JitFunction:
                 compiled = self.cache.get((backend, key))
                 if compiled is None:
                     graph = self._trace(bound, key)
-                    _dump_graph(graph, self.options.get("dump"))
-                    compiled = backends.compile_graph(graph, backend, self.options)
+                    dump = open_tensor_dump(graph, self.options.get("dump"), _fn_loc(self.fn),
+                                            [(p, v) for p, kind, v in key if kind == "const"])
+                    compiled = backends.compile_graph(graph, backend, {**self.options, "dump": dump})
                     self.cache[(backend, key)] = compiled
         env = _bind_sizes(compiled.graph, [t for _, t in tensors], loc)
         return compiled, tensors, env
@@ -238,18 +238,6 @@ def bind_sizes(declared, loc) -> dict:
                 raise SymbolicError(f"size '{d.name}' is {env[d.name]} in one argument and {int(n)} in "
                                     f"'{name}'", loc=loc)
     return env
-
-
-def _dump_graph(graph: TensorGraph, dump: str | None) -> None:
-    root = dump or os.environ.get("PYPTO_DUMP")
-    if not root:
-        return
-    import json
-    d = Path(root) / path_component(graph.name)
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "tensor_graph.txt").write_text(str(graph) + "\n")
-    (d / "tensor_graph.dot").write_text(graph.to_dot() + "\n")
-    (d / "tensor_graph.json").write_text(json.dumps(graph.to_json(), indent=1))
 
 
 def jit(fn=None, **options):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..errors import CompileError, SyncError
 from ..ir.block import Kernel
@@ -20,8 +19,8 @@ from ..passes.cross_core import insert_handoff_flags
 from ..passes.memory import plan_memory
 from ..passes.pipe_sync import block_resources, synchronize
 from ..passes.vector_barriers import insert_barriers
-from ..sanitize import path_component
 from . import skew
+from .dump import dump_kernel, dump_stage
 from .tile_graph import to_tile_graph
 from .emit import SideEmitter
 from .ir import KernelProgram, Loop
@@ -137,12 +136,12 @@ def _build(program, pl, machine, sides, stages, unroll, max_pool=4):
 
 def compile_program(program: KernelProgram, backend: str, machine, options: dict) -> CompiledTile:
     prepare(program)
-    _dump(program, options, "tile_program.txt", str(program))
+    dump_stage(program, options, "traced", text=str(program))
     if backend == "reference":
         return CompiledTile(program)
     pl = place(program)
     tg = to_tile_graph(program, pl)
-    _dump_tile_graph(program, options, tg)
+    dump_stage(program, options, "placed", tg)
     sides = [s for s in (CUBE, VECTOR) if pl.kind in (s, "cluster")]
     stages, unroll = plan_stages(program, pl, sides)
     # more buffers and deeper pipelining need more set/wait events; when a pipe pair runs out of them,
@@ -161,7 +160,7 @@ def compile_program(program: KernelProgram, backend: str, machine, options: dict
         verify_kernel(kernel, machine)
     workspaces = [Workspace(c.param, slots[c.id] * c.value.shape[0], c.value.shape[1], c.value.dtype)
                   for c in pl.channel_list()]
-    _dump(program, options, "kernel.pto", str(kernel))
+    dump_kernel(program, options, kernel, machine)
     return CompiledTile(program, kernel, pl, workspaces, skewed, list(_build.scratch), peaks, tg)
 
 
@@ -182,21 +181,6 @@ def _tile_locs(em, program) -> dict:
             locs[name] = v.op.loc
     return locs
 
-
-def _dump_tile_graph(program, options, tg):
-    import json
-    _dump(program, options, "tile_graph.txt", str(tg))
-    _dump(program, options, "tile_graph.json", json.dumps(tg.to_json(), indent=1, default=str))
-    _dump(program, options, "tile_graph.dot", tg.to_dot())
-
-
-def _dump(program, options, fname, text):
-    root = options.get("dump") or os.environ.get("PYPTO_DUMP")
-    if not root:
-        return
-    d = Path(root) / path_component(f"tile_{program.name}")
-    d.mkdir(parents=True, exist_ok=True)
-    (d / fname).write_text(text + "\n")
 
 
 __all__ = ["compile_program", "CompiledTile", "CompileError"]

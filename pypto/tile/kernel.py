@@ -66,6 +66,10 @@ class TileKernel:
     def report(self):
         return self.last_report
 
+    def compile_options(self, key) -> dict:
+        """The options of compiling one signature: the kernel's, and its constants (named in its dump)."""
+        return {**self.options, "constants": [(p, v) for p, kind, v in key if kind == "const"]}
+
     # ------------------------------------------------------------------ signature
     def bind(self, args, kwargs, loc):
         try:
@@ -177,7 +181,7 @@ class Launch:
                 if compiled is None:
                     program = k.trace(bound, key, len(grid), machine)
                     from .compile import compile_program
-                    compiled = compile_program(program, backend, machine, k.options)
+                    compiled = compile_program(program, backend, machine, k.compile_options(key))
                     k.cache[ckey] = compiled
         from .run import launch
         report = launch(compiled, dict(tensors), grid, backend, machine, k.options, loc)
@@ -207,7 +211,7 @@ class Launch:
         machine = _machine(k.machine)
         from .compile import compile_program
         with ctx.compile_lock:
-            return compile_program(k.trace(bound, key, len(grid), machine), backend, machine, k.options)
+            return compile_program(k.trace(bound, key, len(grid), machine), backend, machine, k.compile_options(key))
 
 
 # attributes of a tensor argument in a kernel body (views.TensorArg)

@@ -1,8 +1,12 @@
-"""The build directory of a compiled variant: Block IR text, the pipeline transform, kernel.cpp.
+"""The build directory of a compiled variant: the pipeline transform (``NN_pipeline/pipeline_generated.py``,
+a module that runs as a kernel by itself), the Block IR, the C++ (``NN_cpp/``: kernels/*.cpp and the
+launchers, as the cpu backend builds them) and the build notes (signature, synchronisation, event ids),
+named and headed as every pypto dump (pypto/ir/dump.py, ``PRO_STAGES``).
 
-Root: the kernel's ``dump=`` option, else ``$PYPTO_DUMP/pro``, else ``~/.cache/pypto/pro``; one folder
-per kernel and signature: ``<root>/<kernel>/<variant hash>/`` (the kernel's name made a safe folder name
-by pypto.sanitize.path_component).
+Where: with a dump (the kernel's ``dump=`` option, else ``$PYPTO_DUMP``) the dump scheme's folder
+``<dump>/<kernel>/<signature>/`` (one per variant compiled in the process); without one the kernel
+cache, ``~/.cache/pypto/pro/<kernel>/<variant hash>/`` (``PYPTO_CACHE_DIR``). Names are made safe
+folder names by pypto.sanitize.path_component.
 """
 from __future__ import annotations
 
@@ -10,38 +14,58 @@ import hashlib
 import os
 from pathlib import Path
 
+from pypto.errors import SourceLoc
+from pypto.ir.dump import PRO_STAGES, Dump, dump_root, signature_name
 from pypto.sanitize import path_component
 
+LEVEL = "Professional mode"
 
-def build_root(kernel) -> Path:
-    if kernel.dump:
-        return Path(kernel.dump)
-    if os.environ.get("PYPTO_DUMP"):
-        return Path(os.environ["PYPTO_DUMP"]) / "pro"
+
+def cache_root() -> Path:
     return Path(os.environ.get("PYPTO_CACHE_DIR", Path.home() / ".cache" / "pypto")) / "pro"
 
 
+def _signature(cache_key) -> str:
+    sig, key_values, _machine = cache_key
+    entries = []
+    for e in sig:
+        if len(e) == 3 and e[1] != "const":
+            name, dtype, dims = e
+            entries.append((name, dtype, [int(d) if str(d).isdigit() else None for d in dims]))
+        elif len(e) == 3:
+            entries.append((e[0], e[2]))
+        else:
+            entries.append((e[0], e[1]))
+    return signature_name(entries + list(key_values or ()))
+
+
+def _loc(kernel):
+    code = getattr(kernel.fn, "__code__", None)
+    return SourceLoc(code.co_filename, code.co_firstlineno, code.co_name) if code else None
+
+
 def write_build_dir(kernel, compiled, cache_key) -> Path | None:
-    digest = hashlib.sha1(repr(cache_key).encode()).hexdigest()[:12]
-    path = build_root(kernel) / path_component(kernel.name) / digest
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        (path / "block_ir.txt").write_text(str(compiled.kernel) + "\n")
+        root = dump_root(kernel.dump)
+        if root is not None:
+            dump = Dump.open(root, PRO_STAGES, kernel.name, LEVEL, _loc(kernel), _signature(cache_key))
+        else:
+            digest = hashlib.sha1(repr(cache_key).encode()).hexdigest()[:12]
+            dump = Dump(cache_root() / path_component(kernel.name) / digest, PRO_STAGES, kernel.name, LEVEL,
+                        _loc(kernel), _signature(cache_key))
+        if compiled.pipeline_source:
+            dump.write_sources({"pipeline_generated.py": compiled.pipeline_source}, "pipeline", headed=True)
+        dump.write("kernel", text=str(compiled.kernel))
         notes = [f"kernel {compiled.kernel.name}", f"signature {cache_key!r}",
                  f"synchronisation: {'manual (pl.system.*)' if compiled.manual_sync else 'automatic'}"]
         for block, pairs in (compiled.events or {}).items():
             notes.append(f"event ids {block}: " + ", ".join(f"{k}={v}" for k, v in sorted(pairs.items())))
-        if compiled.pipeline_source:
-            (path / "pipeline_generated.py").write_text(compiled.pipeline_source)
         try:
             from pypto.codegen import generate_module
-            generate_module([compiled.kernel], kernel.machine).write(path)
-            notes.append("kernel.cpp: kernels/*.cpp (pypto.codegen)")
-        except ImportError:
-            notes.append("kernel.cpp: not written (pypto.codegen is not available)")
-        except Exception as e:   # codegen gaps must not stop a sim run; the note says why
-            notes.append(f"kernel.cpp: not written ({type(e).__name__}: {e})")
-        (path / "README.txt").write_text("\n".join(notes) + "\n")
+            dump.write_sources(generate_module([compiled.kernel], kernel.machine).files)
+        except Exception as e:   # codegen gaps must not stop a sim run; the notes say why
+            notes.append(f"C++: not written ({type(e).__name__}: {e})")
+        dump.write("build", text="\n".join(notes))
     except OSError:
         return None
-    return path
+    return dump.dir

@@ -181,7 +181,7 @@ def test_pro_build_dir_stays_in_dump(tmp_path, name):
     kernel[None, 1](x, x, z)
     torch.testing.assert_close(z, x + x)
     assert kernel.last_build_dir is not None and kernel.last_build_dir.resolve().is_relative_to(dump.resolve())
-    assert (kernel.last_build_dir / "block_ir.txt").is_file()
+    assert (kernel.last_build_dir / "01_block_ir.txt").is_file()
     assert all(p.is_relative_to(dump.resolve()) for p in _files_under(tmp_path) if p.is_file())
 
 
@@ -195,7 +195,7 @@ def test_tensor_jit_dump_stays_in_dump(tmp_path, monkeypatch):
     a = torch.randn(16, 32)
     torch.testing.assert_close(plus_one(a), a + 1)
     written = [p for p in _files_under(tmp_path) if p.is_file()]
-    assert any(p.name == "tensor_graph.txt" for p in written)
+    assert any(p.name == "01_tensor_graph_traced.txt" for p in written)
     assert all(p.is_relative_to(dump.resolve()) for p in written), written
     monkeypatch.setenv("PYPTO_DUMP", str(dump))           # the pass manager's stage dumps
     pypto.jit(plus_one.fn, name="/../escaped_env", backend="sim")(a)

@@ -132,8 +132,9 @@ def test_output_never_aliases_an_input():
 def test_dump_writes_each_partition(tmp_path):
     _compile(lambda x: x.sigmoid() * x, dump=str(tmp_path))(torch.randn(4, 4))
     files = sorted(p.name for p in tmp_path.rglob("*") if p.is_file())
-    assert files == ["aten_graph.py", "tensor_graph.txt"]
-    assert "sigmoid" in next(tmp_path.rglob("tensor_graph.txt")).read_text()
+    assert files == ["01_aten_graph.py", "02_tensor_graph_traced.dot", "02_tensor_graph_traced.json",
+                     "02_tensor_graph_traced.txt"]
+    assert "sigmoid" in next(tmp_path.rglob("02_tensor_graph_traced.txt")).read_text()
 
 
 def test_size_expressions_translate():

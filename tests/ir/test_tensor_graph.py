@@ -116,8 +116,10 @@ def test_dump_writes_text_dot_and_json(tmp_path):
     f(torch.randn(2, 3))
     d = tmp_path / path_component("<lambda>")       # '<lambda>' is no safe folder name: sanitised, hashed
     assert d.name.startswith("_lambda_-")
-    assert {p.name for p in d.iterdir()} >= {"tensor_graph.txt", "tensor_graph.dot", "tensor_graph.json"}
-    TensorGraph.from_json(json.loads((d / "tensor_graph.json").read_text())).verify(REGISTRY)
+    (d,) = d.iterdir()                               # one specialisation
+    stem = "01_tensor_graph_traced"
+    assert {p.name for p in d.iterdir()} >= {f"{stem}.txt", f"{stem}.dot", f"{stem}.json"}
+    TensorGraph.from_json(json.loads((d / f"{stem}.json").read_text())).verify(REGISTRY)
 
 
 def test_verifier_checks_types_against_the_table_it_is_given():

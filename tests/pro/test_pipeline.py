@@ -34,7 +34,7 @@ def test_pipeline_generated_runs_as_a_kernel_and_matches(tmp_path, preload, seq,
     kernel = pl.jit(fa.attention_body, name="fa_gen_test", pipeline=pl.PipelineConfig(preload=preload),
                     dump=str(tmp_path), tiling_key=fa.KEY)
     kernel[None, 2, key](q, k, v, o1)
-    path = kernel.last_build_dir / "pipeline_generated.py"
+    path = kernel.last_build_dir / "01_pipeline" / "pipeline_generated.py"
     assert path.exists() and "take(" in path.read_text()
     gen = _load_module(path, "pipeline_generated_fa")
     gen_kernel = gen.fa_gen_test

@@ -87,12 +87,13 @@ def test_dumps_tile_program_and_block_ir(examples, tmp_path):
     w = torch.randn(64)
     k = pt.kernel(examples["layer_norm"].layer_norm.fn, backend="sim", dump=str(tmp_path))
     k[(2,)](x, w, w, torch.empty_like(x), BR=8)
-    d = tmp_path / "tile_layer_norm"
-    assert "rowsum" in (d / "tile_program.txt").read_text()
-    text = (d / "kernel.pto").read_text()
+    (d,) = (tmp_path / "layer_norm").iterdir()                  # <dump>/<kernel>/<signature>/
+    assert "rowsum" in (d / "01_tile_program.txt").read_text()
+    text = (d / "03_block_ir.txt").read_text()
     assert "block layer_norm_aiv" in text and "TROWSUM" in text
-    assert "tile_program layer_norm_aiv (vector)" in (d / "tile_graph.txt").read_text()
-    assert (d / "tile_graph.json").exists() and (d / "tile_graph.dot").exists()
+    assert "tile_program layer_norm_aiv (vector)" in (d / "02_tile_graph.txt").read_text()
+    assert (d / "02_tile_graph.json").exists() and (d / "02_tile_graph.dot").exists()
+    assert (d / "04_cpp" / "kernels" / "layer_norm.cpp").is_file()
 
 
 def test_placed_program_is_a_tile_graph(attention):
