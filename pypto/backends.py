@@ -71,8 +71,9 @@ def _run_options(options: dict) -> dict:
 
 def compile_graph(graph, backend: str, options: dict) -> Compiled:
     """Lower ``graph`` for ``backend``. options: machine, dump (the compilation's dump folder, an
-    ir.dump.Dump the front end opened, or None) and the run options (timing_only, trace). A dump gets
-    the traced graph, every stage of the lowering and the generated C++ (runtime/dump_cpp.py)."""
+    ir.dump.Dump the front end opened — ir.dump.open_tensor_dump —, or None: no dump, PYPTO_DUMP was
+    read by the front end) and the run options (timing_only, trace). A dump gets the traced graph,
+    every stage of the lowering and the generated C++ (runtime/dump_cpp.py)."""
     check_backend(backend)
     from .runtime.index_bounds import index_checks
     checks = index_checks(graph)
@@ -85,7 +86,7 @@ def compile_graph(graph, backend: str, options: dict) -> Compiled:
         lower = importlib.import_module("pypto.passes.pipeline").lower
     except ModuleNotFoundError as e:
         raise PyptoError(f"backend '{backend}' needs the lowering pipeline, which is not available: {e}") from None
-    program = lower(graph, machine=options.get("machine"), dump=dump)
+    program = lower(graph, machine=options.get("machine"), dump=dump if dump is not None else False)
     if dump is not None:
         from .runtime.dump_cpp import write_cpp
         write_cpp(dump, program, options.get("machine"))

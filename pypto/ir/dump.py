@@ -60,7 +60,10 @@ _claimed_lock = threading.Lock()
 
 
 def dump_root(option=None) -> Path | None:
-    """The dump directory: the ``dump=`` option, else PYPTO_DUMP, else None (no dump)."""
+    """The dump directory: the ``dump=`` option, else PYPTO_DUMP, else None (no dump). ``False``: no
+    dump, whatever PYPTO_DUMP says (a caller that already decided, e.g. torch.compile's probes)."""
+    if option is False:
+        return None
     root = option or os.environ.get(ENV)
     return Path(root) if root else None
 

@@ -178,3 +178,20 @@ def test_block_ir_dumps_parse_back(tmp_path):
 
 if __name__ == "__main__":      # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_torch_compile_dumps_its_partitions_and_not_its_probes(tmp_path, monkeypatch):
+    import torch._dynamo
+    monkeypatch.setenv("PYPTO_DUMP", str(tmp_path))
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: torch.sigmoid(x) * x + 1.0, backend="pypto", options={"backend": "sim"})
+    x = torch.randn(4, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(fn(x), torch.sigmoid(x) * x + 1.0)
+    torch._dynamo.reset()
+    partitions = list(tmp_path.iterdir())
+    assert partitions, "nothing dumped"
+    for p in partitions:                                 # one folder per partition, none for the probes
+        (d,) = p.iterdir()
+        names = sorted(q.name for q in d.iterdir())
+        assert names[0] == "01_aten_graph.py" and "02_tensor_graph_traced.txt" in names and "11_cpp" in names, names
