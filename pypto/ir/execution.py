@@ -29,6 +29,9 @@ class Buffer:
     view_of: str | None = None
     view_offset: object = 0       # element offset into the base buffer (sympy expr allowed)
     data: object = None           # role "constant": the torch tensor holding its value
+    # role "workspace": index symbols of the loops (outermost first) one iteration of which the buffer
+    # serves: every iteration writes what it reads there, so iterations may each use a copy of their own
+    private_to: tuple = ()
 
 
 @dataclass

@@ -7,7 +7,7 @@
     blocks         cores, ping-pong, one Kernel per distinct program  TileGraph   -> BlockGraph
     memory         on-chip addresses                                  BlockGraph  -> BlockGraph
     sync           set/wait flags between pipes, vector barriers      BlockGraph  -> BlockGraph
-    final          the ExecutionGraph                                  BlockGraph  -> ExecutionGraph
+    final          the ExecutionGraph; loop workspaces multi-buffered  BlockGraph  -> ExecutionGraph
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from .index_checks import CHECK_KIND
 from .kernels import BlockGraph, lower_blocks
 from .manager import PassManager
 from .memory import plan_memory
+from .multibuffer import multibuffer_workspaces
 from .pipe_sync import synchronize
 from .rewrite import live_nodes
 from .tiling import build_tile_graph
@@ -82,8 +83,9 @@ def refuse_zero_size(g) -> None:
                                      "backend runs them)", loc=node["loc"])
 
 
-def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = True):
-    """Lower a TensorGraph to an ExecutionGraph (kernels in Block IR, tasks, buffers, loops)."""
+def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = True, multibuffer: bool = True):
+    """Lower a TensorGraph to an ExecutionGraph (kernels in Block IR, tasks, buffers, loops).
+    ``multibuffer=False`` keeps one copy of each loop workspace (passes/multibuffer.py), for comparisons."""
     refuse_zero_size(graph)
     spec = _machine(machine)
     pm = PassManager(graph.name, dump, verify)
@@ -99,7 +101,7 @@ def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = 
     bg = pm.run("blocks", lower_blocks, tg, spec)
     bg = pm.run("memory", _memory, bg, spec)
     bg = pm.run("sync", _sync, bg, spec, verifier=_verify_blocks)
-    eg = pm.run("final", lambda b: b.graph, bg)
+    eg = pm.run("final", lambda b: multibuffer_workspaces(b.graph, spec) if multibuffer else b.graph, bg)
     eg.index_checks = [(name, o.check) for name, o in zip(eg.outputs, g.outputs) if o.kind == CHECK_KIND]
     return eg
 

@@ -41,6 +41,7 @@ class _Scope:
         self._views: dict = {}
         self.count = 0
         self.loop_vars: dict = {}         # index symbol of each loop being tiled -> (first, last) value
+        self.loop_stack: list = []        # index symbols of the loops whose body is being tiled, outermost first
 
     def unique(self, base: str) -> str:
         base = "".join(c if (c.isalnum() or c == "_") else "_" for c in base) or "t"
@@ -52,6 +53,10 @@ class _Scope:
         return name
 
     def add_buffer(self, base, shape, dtype, role, **kw) -> Buffer:
+        if role == "workspace" and self.loop_stack:
+            # made while tiling a loop body: it holds a value of one iteration (carried values live in
+            # buffers the enclosing body made), so each iteration may use a copy of its own (multibuffer.py)
+            kw.setdefault("private_to", tuple(self.loop_stack))
         b = Buffer(self.unique(base), tuple(shape), dtype, role, **kw)
         self.buffers[b.name] = b
         return b
@@ -475,7 +480,11 @@ class _Body:
             wants.setdefault(o.node, []).append(bufs[j])
         last = attrs["start"] + (sympy.ceiling((attrs["stop"] - attrs["start"]) / attrs["step"]) - 1) * attrs["step"]
         self.scope.loop_vars[attrs["var"]] = (attrs["start"], sym.simplify(last))
-        items = _Body(body, self.scope, body_storage, wants, mutable, True).run()
+        self.scope.loop_stack.append(attrs["var"])
+        try:
+            items = _Body(body, self.scope, body_storage, wants, mutable, True).run()
+        finally:
+            self.scope.loop_stack.pop()
         self.items.append(TileLoop(attrs["var"], attrs["start"], attrs["stop"], attrs["step"], items, node["loc"]))
 
 
