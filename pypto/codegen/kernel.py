@@ -148,10 +148,13 @@ class BlockEmitter:
                               f"{_loc_comment(s.loc)}")
         elif isinstance(s, PipeBarrier):
             self.lines.append(f"{pad}pipe_barrier({_pipe(s.pipe)});{_loc_comment(s.loc)}")
-        elif isinstance(s, CrossCoreSetFlag):
-            self.lines.append(f"{pad}pypto::cross_core_set({_pipe(s.pipe)}, {s.flag});{_loc_comment(s.loc)}")
-        elif isinstance(s, CrossCoreWaitFlag):
-            self.lines.append(f"{pad}pypto::cross_core_wait({_pipe(s.pipe)}, {s.flag});{_loc_comment(s.loc)}")
+        elif isinstance(s, (CrossCoreSetFlag, CrossCoreWaitFlag)):
+            flags = self.machine.cross_core_flags          # the template argument: one fact, the machine file
+            if not 0 <= s.flag < flags:
+                raise CompileError(f"cross-core flag {s.flag} is out of range 0..{flags - 1} on {self.machine.name}",
+                                   loc=s.loc)
+            fn = "cross_core_set" if isinstance(s, CrossCoreSetFlag) else "cross_core_wait"
+            self.lines.append(f"{pad}pypto::{fn}<{flags}>({_pipe(s.pipe)}, {s.flag});{_loc_comment(s.loc)}")
         else:
             raise CompileError(f"block {self.block.name}: cannot generate code for {type(s).__name__}",
                                loc=getattr(s, "loc", None))

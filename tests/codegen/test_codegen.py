@@ -17,6 +17,7 @@ from pypto.ir.block import (Block, CoreType, For, GMParam, GMRegion, Kernel, Set
                             WaitFlag)
 from pypto.ir.execution import Buffer, ExecutionGraph, Task
 from pypto.ir.isa import ISA, MemSpace, Pipe
+from pypto.machine import get_machine
 from pypto.symbolic import ceildiv, floordiv, index_symbol, smax, smin, symbol
 from pypto.testing import instructions
 from pypto.testing import kernels as ck
@@ -124,10 +125,26 @@ def test_cube_vector_kernel_file():
     assert "using c0_t = TileAcc<float, 32, 64, DYNAMIC, DYNAMIC>;" in src
     assert "TMATMUL(c0, a0, b0);  // model.py:44" in src
     assert "TMATMUL_ACC(c0, c0, a0, b0);  // model.py:44" in src
-    assert "pypto::cross_core_set(PIPE_FIX, 3);" in src and "pypto::cross_core_wait(PIPE_MTE2, 3);" in src
+    flags = get_machine().cross_core_flags          # the machine file's count, passed as the template argument
+    assert f"pypto::cross_core_set<{flags}>(PIPE_FIX, 3);" in src
+    assert f"pypto::cross_core_wait<{flags}>(PIPE_MTE2, 3);" in src
     assert "const int64_t subblock_idx = core.subblock_idx;" in src
     assert "#if defined(__DAV_CUBE__)\n    matmul_relu_float16_kernel::mm_cube(args, core);" in src
     assert abi.has_cube and abi.has_vector
+
+
+def test_cross_core_flag_count_comes_from_the_machine_file():
+    """kernel_support.hpp keeps no flag count of its own: codegen writes the machine's into each call, and a
+    flag id the machine does not have is a CompileError naming it (before any C++ is built)."""
+    from dataclasses import replace
+    base = get_machine()
+    four = replace(base, cross_core={**base.cross_core, "flags": 4})
+    src, _ = kernel_source(ck.matmul_relu(F16), four)
+    assert "pypto::cross_core_set<4>(PIPE_FIX, 3);" in src and "pypto::cross_core_wait<4>(PIPE_MTE2, 3);" in src
+    assert "cross_core_set(" not in src.replace("cross_core_set<4>(", "")
+    three = replace(base, cross_core={**base.cross_core, "flags": 3})
+    with pytest.raises(CompileError, match=r"cross-core flag 3 is out of range 0\.\.2"):
+        kernel_source(ck.matmul_relu(F16), three)
 
 
 def test_transposed_load():

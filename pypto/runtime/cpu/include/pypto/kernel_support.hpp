@@ -412,6 +412,9 @@ inline void TTRIU(TD& dst, int64_t diagonal)
 // ---------------------------------------------------------------- cross-core flags
 // A cube core and its vector sub-blocks signal each other through numbered flags. A set by the
 // cube reaches every sub-block; the cube's wait passes once every sub-block has set the flag.
+// How many flags a cluster has is a machine figure ([cross_core] flags in pypto/machine/*.toml):
+// codegen passes it to cross_core_set / cross_core_wait as their template argument, which checks
+// the id; the cluster keeps a counter for every flag id it has seen.
 struct ClusterAborted : KernelError {
     using KernelError::KernelError;
 };
@@ -419,7 +422,6 @@ struct ClusterAborted : KernelError {
 class ClusterSync {
 public:
     static constexpr int kMaxSubblocks = 4;
-    static constexpr int kFlags = 16;
 
     explicit ClusterSync(int subblocks) : subblocks_(subblocks)
     {
@@ -429,12 +431,11 @@ public:
     // role 0: the cube core; role 1 + i: vector sub-block i.
     void set(int role, int flag)
     {
-        check_flag(flag);
         std::lock_guard<std::mutex> lock(mutex_);
         if (role == 0) {
-            for (int s = 0; s < subblocks_; ++s) ++to_vector_[s][flag];
+            for (int s = 0; s < subblocks_; ++s) ++counter(to_vector_[s], flag);
         } else {
-            ++to_cube_[role - 1][flag];
+            ++counter(to_cube_[role - 1], flag);
         }
         changed_.notify_all();
     }
@@ -450,7 +451,6 @@ public:
 
     void wait(int role, int flag)
     {
-        check_flag(flag);
         if (yield_ != nullptr) {
             wait_cooperative(role, flag);
             return;
@@ -469,9 +469,9 @@ public:
         }
         waiting_[role] = -1;
         if (role == 0) {
-            for (int s = 0; s < subblocks_; ++s) --to_cube_[s][flag];
+            for (int s = 0; s < subblocks_; ++s) --counter(to_cube_[s], flag);
         } else {
-            --to_vector_[role - 1][flag];
+            --counter(to_vector_[role - 1], flag);
         }
     }
 
@@ -499,22 +499,28 @@ private:
         }
         waiting_[role] = -1;
         if (role == 0) {
-            for (int s = 0; s < subblocks_; ++s) --to_cube_[s][flag];
+            for (int s = 0; s < subblocks_; ++s) --counter(to_cube_[s], flag);
         } else {
-            --to_vector_[role - 1][flag];
+            --counter(to_vector_[role - 1], flag);
         }
     }
 
-    static void check_flag(int flag)
+    static int32_t& counter(std::vector<int32_t>& counters, int flag)
     {
-        if (flag < 0 || flag >= kFlags) fail("cross-core flag id " + std::to_string(flag) + " is out of range");
+        if (counters.size() <= static_cast<size_t>(flag)) counters.resize(static_cast<size_t>(flag) + 1, 0);
+        return counters[static_cast<size_t>(flag)];
+    }
+
+    static int32_t count(const std::vector<int32_t>& counters, int flag)
+    {
+        return static_cast<size_t>(flag) < counters.size() ? counters[static_cast<size_t>(flag)] : 0;
     }
 
     bool can_pass(int role, int flag) const
     {
-        if (role != 0) return to_vector_[role - 1][flag] > 0;
+        if (role != 0) return count(to_vector_[role - 1], flag) > 0;
         for (int s = 0; s < subblocks_; ++s)
-            if (to_cube_[s][flag] == 0) return false;
+            if (count(to_cube_[s], flag) == 0) return false;
         return true;
     }
 
@@ -530,8 +536,8 @@ private:
     int subblocks_;
     std::mutex mutex_;
     std::condition_variable changed_;
-    int32_t to_vector_[kMaxSubblocks][kFlags] = {};
-    int32_t to_cube_[kMaxSubblocks][kFlags] = {};
+    std::vector<int32_t> to_vector_[kMaxSubblocks];   // per sub-block: the cube's sets not yet waited, by flag
+    std::vector<int32_t> to_cube_[kMaxSubblocks];     // per sub-block: its sets the cube has not waited, by flag
     int waiting_[kMaxSubblocks + 1];
     bool done_[kMaxSubblocks + 1] = {};
     bool aborted_ = false;
@@ -553,17 +559,35 @@ inline void bind_cluster(ClusterSync* cluster, int role)
 
 #if defined(__CCE_AICORE__)
 // Device: FFTS cross-core signal within the cluster (mode 2), and the matching wait.
+template <int Flags>
 inline void cross_core_set(pipe_t pipe, int flag) { ffts_cross_core_sync(pipe, 1 | (2 << 4) | (flag << 8)); }
+template <int Flags>
 inline void cross_core_wait(pipe_t, int flag) { wait_flag_dev(flag); }
 #else
+namespace detail {
+template <int Flags>
+inline void check_cross_core_flag(int flag)
+{
+    static_assert(Flags > 0, "a machine has at least one cross-core flag");
+    if (flag < 0 || flag >= Flags)
+        fail("cross-core flag id " + std::to_string(flag) + " is out of range (the machine has " +
+             std::to_string(Flags) + ")");
+}
+}  // namespace detail
+
+// Flags: the machine's cross-core flag count ([cross_core] flags), from codegen.
+template <int Flags>
 inline void cross_core_set(int /*pipe*/, int flag)
 {
+    detail::check_cross_core_flag<Flags>(flag);
     if (detail::tls_cluster == nullptr) fail("cross-core set_flag in a kernel that has only one core type");
     detail::tls_cluster->set(detail::tls_role, flag);
 }
 
+template <int Flags>
 inline void cross_core_wait(int /*pipe*/, int flag)
 {
+    detail::check_cross_core_flag<Flags>(flag);
     if (detail::tls_cluster == nullptr)
         fail("cross-core wait_flag " + std::to_string(flag) + " in a kernel that has only one core type (deadlock)");
     detail::tls_cluster->wait(detail::tls_role, flag);
