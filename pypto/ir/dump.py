@@ -11,8 +11,8 @@ compilation, and how their files are named and headed. The same scheme for the t
   (``tensor_graph``, ``tile_program``, ``tile_graph``, ``block_ir``, ``execution_graph``, ``cpp``);
 - every text file but JSON starts with a one-line header (a ``#`` comment; ``//`` in DOT) naming the
   stage, the IR, the function (the user's file:line) and the signature; JSON files hold the IR alone;
-- ``NN_cpp/`` holds the generated C++ byte for byte as the cpu backend builds it (its files carry their
-  own comment header).
+- ``NN_cpp/`` holds the generated C++ byte for byte as the cpu backend builds it (written by
+  ``pypto.codegen.GeneratedModule.write``; its files carry their own comment header).
 
 The stage tables (``TENSOR_STAGES`` ...) are the one list of file names; docs/architecture.md shows them.
 """
@@ -150,15 +150,17 @@ class Dump:
                 self.header(number, stage, ir=f"Block IR of kernel {name}") + "\n" + str(k).rstrip("\n") + "\n")
         return folder
 
-    def write_sources(self, files: dict, stage: str = "cpp", headed: bool = False) -> Path:
-        """Generated sources (path relative to the folder -> text) under ``NN_<stem>/``: byte for byte
-        (the C++ the cpu backend builds), or after a ``#`` header line when ``headed`` (Python)."""
+    def folder(self, stage: str) -> Path:
+        """The folder ``NN_<stem>/`` of a stage that is several files (the C++: ``GeneratedModule.write``)."""
         folder = self.dir / self.stem(stage)
-        for rel, text in files.items():
-            path = folder / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(self.header(self.written[stage], stage) + "\n" + text if headed else text)
+        folder.mkdir(parents=True, exist_ok=True)
         return folder
+
+    def write_file(self, stage: str, name: str, text: str) -> Path:
+        """``NN_<stem>/<name>``: a file that keeps its own name (a Python module), after a ``#`` header."""
+        path = self.folder(stage) / name
+        path.write_text(self.header(self.written[stage], stage) + "\n" + text)
+        return path
 
     def write_failure(self, stage: str, why: str) -> Path:
         """A stage that could not be produced: ``NN_<stem>.not_written.txt`` says why."""

@@ -11,8 +11,8 @@ from ..machine import MachineSpec, get_machine, load_machine
 def write_cpp(dump, program, machine=None) -> None:
     spec = machine if isinstance(machine, MachineSpec) else (load_machine(machine) if machine else get_machine())
     try:
-        files = generate_module(program.kernels, spec).files
+        module = generate_module(program.kernels, spec)
     except Exception as e:       # noqa: BLE001  the dump says why; the run goes on
         dump.write_failure("cpp", f"the C++ of this program was not generated: {type(e).__name__}: {e}")
         return
-    dump.write_sources(files)
+    module.write(dump.folder("cpp"))

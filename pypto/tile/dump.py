@@ -39,8 +39,8 @@ def dump_kernel(program, options, kernel, machine) -> None:
     dump.write("kernel", text=str(kernel))
     from ..codegen import generate_module
     try:
-        files = generate_module([kernel], machine).files
+        module = generate_module([kernel], machine)
     except Exception as e:       # noqa: BLE001  the dump says why; the run goes on
         dump.write_failure("cpp", f"the C++ of this kernel was not generated: {type(e).__name__}: {e}")
         return
-    dump.write_sources(files)
+    module.write(dump.folder("cpp"))

@@ -54,7 +54,7 @@ def write_build_dir(kernel, compiled, cache_key) -> Path | None:
             dump = Dump(cache_root() / path_component(kernel.name) / digest, PRO_STAGES, kernel.name, LEVEL,
                         _loc(kernel), _signature(cache_key))
         if compiled.pipeline_source:
-            dump.write_sources({"pipeline_generated.py": compiled.pipeline_source}, "pipeline", headed=True)
+            dump.write_file("pipeline", "pipeline_generated.py", compiled.pipeline_source)
         dump.write("kernel", text=str(compiled.kernel))
         notes = [f"kernel {compiled.kernel.name}", f"signature {cache_key!r}",
                  f"synchronisation: {'manual (pl.system.*)' if compiled.manual_sync else 'automatic'}"]
@@ -62,7 +62,7 @@ def write_build_dir(kernel, compiled, cache_key) -> Path | None:
             notes.append(f"event ids {block}: " + ", ".join(f"{k}={v}" for k, v in sorted(pairs.items())))
         try:
             from pypto.codegen import generate_module
-            dump.write_sources(generate_module([compiled.kernel], kernel.machine).files)
+            generate_module([compiled.kernel], kernel.machine).write(dump.folder("cpp"))
         except Exception as e:   # codegen gaps must not stop a sim run; the notes say why
             notes.append(f"C++: not written ({type(e).__name__}: {e})")
         dump.write("build", text="\n".join(notes))
