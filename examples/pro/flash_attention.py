@@ -121,11 +121,11 @@ def attention_body(q, k, v, o):
             h = task // q_blocks
             q0 = (task % q_blocks) * MQ
             if math16:                          # the "previous" max of block 0 (stage 0 takes slot 0)
-                pl.fill(m16[1], NEG16)
+                pl.full(m16[1], NEG16)
             else:
-                pl.fill(m_ub[1], NEG)
-            pl.fill(l_ub, 0.0)
-            pl.fill(acc_ub, 0.0)
+                pl.full(m_ub[1], NEG)
+            pl.full(l_ub, 0.0)
+            pl.full(acc_ub, 0.0)
             for j in pl.range(0, kv_blocks):
                 with pl.stage(0):                       # online softmax of S_j -> P_j
                     if math16:
@@ -188,14 +188,14 @@ def softmax_fp32(s, s16, s_slot, p, p_slot, m_new, m_old, alpha, lj, l, row0, sc
         pl.cast(s, s16)
     else:
         pl.load(s, s_slot, [row0, 0])
-    pl.muls(s, s, scale)
-    pl.row_max(lj, s)
+    pl.mul(s, s, scale)
+    pl.amax(lj, s, dim=1)
     pl.maximum(m_new, m_old, lj)
     pl.sub(alpha, m_old, m_new)
     pl.exp(alpha, alpha)
     pl.row_expand_sub(s, s, m_new)
     pl.exp(s, s)
-    pl.row_sum(lj, s)
+    pl.sum(lj, s, dim=1)
     pl.mul(l, l, alpha)
     pl.add(l, l, lj)
     pl.cast(p, s)
@@ -205,15 +205,15 @@ def softmax_fp32(s, s16, s_slot, p, p_slot, m_new, m_old, alpha, lj, l, row0, sc
 def softmax_fp16(s, s_slot, p_slot, m_new, m_old, alpha, lj16, a16, lj, l, row0, scale):
     """Online softmax step on fp16 scores; P is stored from the same tile."""
     pl.load(s, s_slot, [row0, 0])
-    pl.muls(s, s, scale)
-    pl.row_max(lj16, s)
+    pl.mul(s, s, scale)
+    pl.amax(lj16, s, dim=1)
     pl.maximum(m_new, m_old, lj16)
     pl.sub(a16, m_old, m_new)
     pl.exp(a16, a16)
     pl.cast(alpha, a16)
     pl.row_expand_sub(s, s, m_new)
     pl.exp(s, s)
-    pl.row_sum(lj16, s)
+    pl.sum(lj16, s, dim=1)
     pl.cast(lj.with_valid(HALF, 8), lj16)        # whole rows: one contiguous span
     pl.mul(l, l, alpha)
     pl.add(l, l, lj)

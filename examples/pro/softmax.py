@@ -33,10 +33,10 @@ def softmax_kernel(x: pl.Tensor[[pl.DYNAMIC, pl.STATIC], None], y: pl.Tensor[[pl
                 pl.copy(xf, xt)
             else:
                 pl.cast(xf, xt)
-            pl.row_max(row_max, xf)
+            pl.amax(row_max, xf, dim=1)
             pl.row_expand_sub(xf, xf, row_max)
             pl.exp(xf, xf)
-            pl.row_sum(row_sum, xf)
+            pl.sum(row_sum, xf, dim=1)
             pl.row_expand_div(xf, xf, row_sum)
             if x.dtype == pl.DT_FP32:
                 pl.copy(yt, xf)

@@ -3,16 +3,24 @@
 Each op's meaning is one row of a table (its PTO instruction, its operand form, its scalar forms);
 a handler per *form* checks the operands (kinds, memory spaces, dtypes, static shapes), chooses the
 valid shape the destination receives, and emits the instruction into the current section.
+
+Names: an op that computes an op of the op registry (``pypto/ops/registry.py``) is called by the registry's
+name — ``pl.sum(dst, src, dim=1)``, ``pl.amax``, ``pl.full``, ``pl.where``, ``pl.eq`` ... (each checked
+against the registry at import); ops the registry has no op for keep their instruction family's name
+(``row_expand_mul``, ``move``, ``matmul_acc``). The older spellings (``row_sum``, ``fill``, ``select``,
+``compare``, ``muls`` ...) still work and warn (DeprecationWarning, at the kernel's line) naming the new one.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, replace
 
 import sympy
 
 from pypto import dtypes
 from pypto.ir.block import GMRegion, instr
 from pypto.ir.isa import CMP_MODES
+from pypto.ops.registry import REGISTRY as OP_REGISTRY
 
 from .cross_core import handoff_attrs
 from .dsl import dsl
@@ -419,10 +427,98 @@ _FORMS = {"binary": _binary, "scalar": _scalar_form, "unary": _unary, "rowreduce
           "cast": _cast, "fill": _fill, "arange": _arange, "mask": _mask, "compare": _compare, "select": _select,
           "move": _move, "transpose": _move, "matmul": _matmul}
 
+# --------------------------------------------------------------------------- the registry's names
+# registry op -> the rows computing it along the columns (dim=1 or -1) and along the rows (dim=0)
+BY_DIM = {"sum": ("row_sum", "col_sum"), "prod": ("row_prod", "col_prod"), "amax": ("row_max", "col_max"),
+          "amin": ("row_min", "col_min"), "argmax": ("row_argmax", "col_argmax"),
+          "cumsum": ("row_cumsum", "col_cumsum")}
+RENAMED = {"full": "fill", "where": "select"}          # registry op -> the row computing it
+# the registry's comparisons: the ops whose one instruction is TCMP, each a compare mode
+COMPARISONS = tuple(op.name for op in OP_REGISTRY.values() if op.pto == "TCMP")
+# Kept by their own names although the registry's logical_and / logical_or are TAND / TOR: on integer tiles
+# (pl's) the instructions are bitwise, so pl.logical_and would be a wrong answer for values other than 0/1.
+BITWISE = ("bitwise_and", "bitwise_or", "bitwise_not")
+
+# old spelling -> the call that replaces it (the deprecation warning's text)
+DEPRECATED = {
+    **{old: f"{new}(dst, src, dim={d})" for new, rows in BY_DIM.items() for d, old in zip((1, 0), rows)},
+    **{old: new for new, old in RENAMED.items()},
+    "compare": "eq / ne / lt / le / gt / ge (dst, a, b)", "expands": "full", "recip": "reciprocal",
+    "max_": "maximum", "min_": "minimum",
+    **{f"{op}s": f"{new}(dst, src, scalar)" for op, new in
+       (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("div", "div"), ("max", "maximum"), ("min", "minimum"),
+        ("pow", "pow"))},
+    "rsubs": "sub(dst, scalar, src)", "rdivs": "div(dst, scalar, src)", "rpows": "pow(dst, scalar, src)",
+}
+
+
+def _check_registry_names():
+    """Every name pl takes from the registry is the registry's (a renamed registry op fails here, at import)."""
+    missing = [n for n in (*BY_DIM, *RENAMED) if n not in OP_REGISTRY]
+    if missing or set(COMPARISONS) != set(CMP_MODES):
+        raise ImportError(f"pl's op names are out of step with pypto.ops.registry: {missing or COMPARISONS}")
+
+
+def _by_dim(name: str, rows: tuple):
+    along_cols, along_rows = (OPS[r] for r in rows)
+    inner = {id(r): _FORMS[r.form](r) for r in (along_cols, along_rows)}
+
+    def handler(p, call):
+        b = call.bind(["dst", "src", "dim"], f"{call.name}(dst, src, dim)  # dim 1 (or -1): over columns, 0: rows")
+        dim = norm(b["dim"])
+        if isinstance(dim, bool) or dim not in (-1, 0, 1):
+            raise call.error(f"{call.name}: dim is 1 or -1 (over the columns: one value per row) or 0 (over the "
+                             f"rows: one value per column), found {dim!r}", at=call.where("dim") or 2)
+        row = along_rows if dim == 0 else along_cols
+        two = replace(call, args=call.args[:2], arg_nodes=call.arg_nodes[:2],
+                      kwargs={k: v for k, v in call.kwargs.items() if k != "dim"},
+                      kw_nodes={k: v for k, v in call.kw_nodes.items() if k != "dim"})
+        return inner[id(row)](p, two)
+    return handler
+
+
+def _comparison(mode: str):
+    inner = _compare(OPS["compare"])
+
+    def handler(p, call):
+        b = call.bind(["dst", "a", "b"], f"{call.name}(dst, a, b)")
+        return inner(p, replace(call, args=[b["dst"], b["a"], b["b"], mode], kwargs={},
+                                arg_nodes=list(call.arg_nodes[:3]), kw_nodes={}))
+    return handler
+
+
+def _deprecated(old: str, handler):
+    new = DEPRECATED[old]
+
+    def warn_then(p, call):
+        span = call.span
+        warnings.warn_explicit(f"pl.{old} is deprecated: use pl.{new} (the op registry's name)",
+                               DeprecationWarning, span.file, span.line,
+                               module=call.frame.globals.get("__name__", "pypto_pro.kernel"))
+        return handler(p, call)
+    return warn_then
+
+
+_check_registry_names()
 for _name, _row in OPS.items():
-    globals()[_name] = dsl(_name, f"pl.{_name}: {_row.doc}  ({_row.isa})")(_FORMS[_row.form](_row))
+    _handler = _FORMS[_row.form](_row)
+    if _name in DEPRECATED:
+        _handler = _deprecated(_name, _handler)
+        _doc = f"pl.{_name}: deprecated, use pl.{DEPRECATED[_name]}  ({_row.isa})"
+    else:
+        _doc = f"pl.{_name}: {_row.doc}  ({_row.isa})"
+    globals()[_name] = dsl(_name, _doc)(_handler)
 for _alias, _target in ALIASES.items():
-    globals()[_alias] = dsl(_alias, f"alias of pl.{_target}")(_FORMS[OPS[_target].form](OPS[_target]))
+    globals()[_alias] = dsl(_alias, f"deprecated, use pl.{DEPRECATED[_alias]}")(
+        _deprecated(_alias, _FORMS[OPS[_target].form](OPS[_target])))
+# (registered in the DSL only: as module globals sum / where ... would shadow builtins inside this module)
+for _name, _rows in BY_DIM.items():
+    dsl(_name, f"pl.{_name}(dst, src, dim): the registry's {_name} over one axis of a tile "
+                                  f"(dim 1: {OPS[_rows[0]].isa}, dim 0: {OPS[_rows[1]].isa})")(_by_dim(_name, _rows))
+for _name, _old in RENAMED.items():
+    dsl(_name, f"pl.{_name}: {OPS[_old].doc}  ({OPS[_old].isa})")(_FORMS[OPS[_old].form](OPS[_old]))
+for _mode in COMPARISONS:
+    dsl(_mode, f"pl.{_mode}(dst, a, b): dst = a {_mode} b (0/1)  (TCMP / TCMPS)")(_comparison(_mode))
 
 
 # --------------------------------------------------------------------------- GM <-> tile

@@ -54,7 +54,7 @@ def staged_scale(x: pl.Tensor[[pl.DYNAMIC, 128], F16], y: pl.Tensor[[pl.DYNAMIC,
             with pl.stage(0):
                 pl.load_tile(inp.next(), x, [i, 0])
             with pl.stage(1):
-                pl.muls(out.next(), inp.current(), 3.0)
+                pl.mul(out.next(), inp.current(), 3.0)
             with pl.stage(2):
                 pl.store_tile(y, out.current(), [i, 0])
 

@@ -161,9 +161,9 @@ def test_if_elif_else_with_runtime_conditions():
             for i in pl.range(x.shape[0] // 64):
                 pl.load_tile(a, x, [i, 0])
                 if i % 3 == 0:
-                    pl.adds(c, a, 1.0)
+                    pl.add(c, a, 1.0)
                 elif i % 3 == 1:
-                    pl.muls(c, a, 2.0)
+                    pl.mul(c, a, 2.0)
                 else:
                     pl.neg(c, a)
                 pl.store_tile(z, c, [i, 0])
