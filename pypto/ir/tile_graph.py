@@ -13,6 +13,14 @@ Each op has a ``phase``: ``setup`` (loop-invariant: once per core), ``pre`` / ``
 parallel tile, before / after the sequential loop) and ``step`` (per sequential step; programs
 without a sequential axis put their whole tile work in ``pre``). ``TileLoop`` is a ``pypto.loop``
 kept with its symbolic bounds.
+
+The Tile level (pypto/tile) writes one TileProgram per core type of a ``@pt.kernel`` (its grid as the
+parallel axes) and keeps the kernel's ``pt.range`` loops inside it: ``TileRange`` is such a loop with
+its body (ops and nested ranges) and how the front end copies it (``attrs``: ``unroll`` copies per
+step, ``skew`` iterations stage 0 runs ahead of stage 1, ``states`` the tiles carried round it,
+``crossing`` the tiles stage 0 hands to stage 1); ops there carry ``attrs["stage"]`` in a skewed loop.
+A handoff store / load carries ``attrs["handoff"] = TileHandoff(...)``. ``LOWERING_ATTRS`` are such
+attributes of the lowering, never of the instruction.
 """
 from __future__ import annotations
 
@@ -87,6 +95,35 @@ class TileOp:
 
 
 @dataclass
+class TileRange:
+    """A loop inside one tile program (the Tile level's ``pt.range``), with its body of TileOps and
+    nested TileRanges; ``attrs`` say how the front end copies it (see the module docstring)."""
+    var: sympy.Symbol
+    start: object
+    stop: object
+    step: int
+    body: list
+    attrs: dict = field(default_factory=dict)
+    loc: SourceLoc | None = None
+
+
+@dataclass(frozen=True)
+class TileHandoff:
+    """Marks a store / load of a cube <-> vector handoff: the channel, its GM workspace, the slots it
+    rotates through, and which handoff of the program it is (``part`` > 0: a further access of the same
+    handoff, e.g. the second row half)."""
+    channel: int
+    workspace: str
+    slots: int
+    item: int
+    part: int = 0
+
+
+# op attributes that tell the lowering what to do and are not the instruction's
+LOWERING_ATTRS = frozenset({"stage", "when", "first_iteration", "handoff", "loop"})
+
+
+@dataclass
 class TileProgram:
     name: str
     kind: str                 # vector | matmul
@@ -120,6 +157,15 @@ class TileLoop:
 
 
 TileItem = Union[TileProgram, TileLoop]
+
+
+def walk_tile_ops(ops):
+    """Every TileOp of a program's ops, those in TileRanges included, in order."""
+    for op in ops:
+        if isinstance(op, TileRange):
+            yield from walk_tile_ops(op.body)
+        else:
+            yield op
 
 
 @dataclass
@@ -170,7 +216,17 @@ def print_program(p: TileProgram, indent: int = 0) -> str:
     for t in p.tiles.values():
         out.append(f"{pad}  tile {t.name}: {t.space} {t.dtype}[{t.shape[0]}, {t.shape[1]}] valid "
                    f"[{t.valid[0]}, {t.valid[1]}] ({t.phase})")
-    for op in p.ops:
+    _print_ops(p.ops, pad, out)
+    return "\n".join(out)
+
+
+def _print_ops(ops, pad, out):
+    for op in ops:
+        if isinstance(op, TileRange):
+            attrs = ", ".join(f"{k}={v}" for k, v in op.attrs.items())
+            out.append(f"{pad}  range {op.var} in ({op.start}, {op.stop}, {op.step}) {{{attrs}}}:")
+            _print_ops(op.body, pad + "  ", out)
+            continue
         attrs = {k: v for k, v in op.attrs.items() if not k.startswith("_")}
         a = (" {" + ", ".join(f"{k}={v}" for k, v in attrs.items()) + "}") if attrs else ""
         g = f"  if {op.guard}" if op.guard is not None else ""
@@ -178,7 +234,6 @@ def print_program(p: TileProgram, indent: int = 0) -> str:
         out.append(f"{text:<80} # {op.loc}" if op.loc else text)
         for alt in op.otherwise:
             out.append(f"{pad}        else {alt.op:<9} {', '.join(_fmt(o) for o in alt.operands)}")
-    return "\n".join(out)
 
 
 def print_tile_graph(g: TileGraph) -> str:
@@ -224,6 +279,9 @@ def _enc(v):
 
 
 _CLASSES = {}
+# Min / Max as written: lowering builds them without sympy's case analysis, which would rewrite them
+_SYMPY_NAMES = {**vars(sympy), "Min": lambda *a: sympy.Min(*a, evaluate=False),
+                "Max": lambda *a: sympy.Max(*a, evaluate=False)}
 
 
 def _dec(v):
@@ -233,7 +291,7 @@ def _dec(v):
         return v
     (tag, val), = v.items()
     if tag == "$sym":
-        return eval(val, vars(sympy).copy())       # srepr output: sympy constructor calls only
+        return eval(val, _SYMPY_NAMES)             # srepr output: sympy constructor calls only
     if tag == "$dtype":
         return to_dtype(val)
     if tag == "$space":
@@ -255,7 +313,7 @@ def _dec(v):
 def _classes():
     if not _CLASSES:
         from .execution import Buffer
-        for c in (TileAxis, TileParam, TileValue, TileOp, TileProgram, TileLoop, Buffer):
+        for c in (TileAxis, TileParam, TileValue, TileOp, TileProgram, TileLoop, TileRange, TileHandoff, Buffer):
             _CLASSES[c.__name__] = c
     return _CLASSES
 

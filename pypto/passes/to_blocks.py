@@ -10,6 +10,10 @@ and matmul K (whose per-tile state — accumulators, L0C — is single). The sec
 
 Memory regions for the planner: setup tiles, then one region per copy of the per-tile and the
 per-step tiles; copies never share bytes, so the two sets really overlap in time.
+
+``lower_op`` is the one tile op -> instruction step of both the Tensor level (here) and the Tile level
+(pypto/tile/expand.py): a ``Copy`` says how one copy of the ops names its tiles, substitutes its indices
+and marks its handoff accesses (``attrs[passes.cross_core.HANDOFF]``).
 """
 from __future__ import annotations
 
@@ -18,7 +22,8 @@ import sympy
 from .. import symbolic as sym
 from ..ir.block import (BLOCK_IDX, BLOCK_NUM, Block, CoreType, For, GMParam, GMRegion, If, Kernel, TileDecl,
                         instr)
-from ..ir.tile_graph import GMTile, TileProgram
+from ..ir.tile_graph import LOWERING_ATTRS, GMTile, TileOp, TileProgram
+from .cross_core import HANDOFF
 from .exprs import subs as fast_subs
 
 
@@ -29,11 +34,38 @@ def _sx(v, m):
     return v
 
 
-class _Copy:
+class Copy:
     """One copy of a phase's ops: index substitution and tile renaming."""
 
     def __init__(self, subs: dict, rename: dict):
         self.subs, self.rename = subs, rename
+
+    def tile(self, name: str, writer: TileOp | None = None) -> str:
+        """The tile this copy means by ``name`` (``writer``: the op when it is that op's destination)."""
+        return self.rename.get(name, name)
+
+    def expr(self, e):
+        return _sx(e, self.subs)
+
+    def handoff(self, op: TileOp):
+        """The passes.cross_core.HandoffAccess of a handoff store / load in this copy."""
+        raise NotImplementedError(f"{op.op}: this lowering has no cube <-> vector handoffs")
+
+
+def lower_op(op: TileOp, copy: Copy, tiles: dict):
+    """One tile op of ``copy`` as its instruction (guards aside); ``tiles`` holds the declared tiles."""
+    operands = []
+    for k, o in enumerate(op.operands):
+        if isinstance(o, str):
+            operands.append(copy.tile(o, op if k == 0 else None))
+        elif isinstance(o, GMTile):
+            operands.append(GMRegion(o.param, tuple(copy.expr(x) for x in o.offsets)))
+        else:
+            operands.append(copy.expr(o))
+    attrs = {k: v for k, v in op.attrs.items() if k not in LOWERING_ATTRS}
+    if "handoff" in op.attrs:
+        attrs[HANDOFF] = copy.handoff(op)
+    return instr(op.op, operands, tiles, attrs, op.loc)
 
 
 def _linear_indices(axes, t):
@@ -76,7 +108,7 @@ def lower_program(p: TileProgram, machine, core: CoreType = CoreType.AIV):
     for op in p.ops:
         by_phase[op.phase].append(op)
 
-    def declare(copy: _Copy, region_of):
+    def declare(copy: Copy, region_of):
         for tv in p.tiles.values():
             if tv.phase != "setup":
                 continue
@@ -88,18 +120,10 @@ def lower_program(p: TileProgram, machine, core: CoreType = CoreType.AIV):
             tiles[name] = TileDecl(name, tv.space, tv.dtype, tuple(tv.shape), None, decl_valid)
             regions[name] = region_of(tv)
 
-    def emit_ops(ops, copy: _Copy):
+    def emit_ops(ops, copy: Copy):
         out = []
         for op in ops:
-            operands = []
-            for o in op.operands:
-                if isinstance(o, str):
-                    operands.append(copy.rename.get(o, o))
-                elif isinstance(o, GMTile):
-                    operands.append(GMRegion(o.param, tuple(_sx(x, copy.subs) for x in o.offsets)))
-                else:
-                    operands.append(_sx(o, copy.subs))
-            ins = instr(op.op, operands, tiles, op.attrs, op.loc)
+            ins = lower_op(op, copy, tiles)
             if op.guard is not None:
                 cond = fast_subs(op.guard, copy.subs) if copy.subs else op.guard
                 alt = emit_ops(op.otherwise, copy)
@@ -119,7 +143,7 @@ def lower_program(p: TileProgram, machine, core: CoreType = CoreType.AIV):
         return {n: f"{n}_{suffix}" for n, ph in phase_of.items() if ph in phases}
 
     # setup: once per core
-    setup_copy = _Copy({a.index: 0 for a in p.axes if isinstance(a.count, int) and a.count == 1}, {})
+    setup_copy = Copy({a.index: 0 for a in p.axes if isinstance(a.count, int) and a.count == 1}, {})
     declare(setup_copy, lambda tv: "setup")
     body = []
     # the per-tile body for a linear tile number expression
@@ -128,7 +152,7 @@ def lower_program(p: TileProgram, machine, core: CoreType = CoreType.AIV):
     def tile_body(t_expr, outer_suffix):
         subs = _linear_indices(par, t_expr)
         ren = rename_for(("pre", "post"), outer_suffix) if outer_suffix is not None else {}
-        copy = _Copy(subs, ren)
+        copy = Copy(subs, ren)
         stmts = []
         # declare per-tile tiles of this copy (step tiles are declared per inner copy)
         for tv in p.tiles.values():
@@ -149,7 +173,7 @@ def lower_program(p: TileProgram, machine, core: CoreType = CoreType.AIV):
                 ren2 = dict(ren)
                 if pingpong_inner:
                     ren2.update(rename_for(("step",), f"s{j}"))
-                c2 = _Copy(sub2, ren2)
+                c2 = Copy(sub2, ren2)
                 for tv in p.tiles.values():
                     if tv.phase == "step":
                         name = ren2.get(tv.name, tv.name)

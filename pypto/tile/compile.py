@@ -1,11 +1,13 @@
-"""Compiling a traced tile program: clean-ups, placement, Block IR per core type (with unrolling and
-software pipelining), on-chip memory planning, pipe synchronisation and cross-core flags — the same
-Block IR the Tensor level uses; memory planning is the shared pass pypto.passes.memory (its "pools"
-strategy), pipe sync the shared passes pypto.passes.pipe_sync and pypto.passes.vector_barriers, the verifier
-is pypto.ir.block_verify.
+"""Compiling a traced tile program: clean-ups, placement, the TileGraph (the compiled form, what
+``dump=`` writes), Block IR per core type lowered from it (with unrolling and software pipelining,
+expand.py over the shared pypto.passes.to_blocks.lower_op), on-chip memory planning, pipe
+synchronisation and cross-core flags — the same Block IR the Tensor level uses; memory planning is the
+shared pass pypto.passes.memory (its "pools" strategy), pipe sync the shared passes
+pypto.passes.pipe_sync and pypto.passes.vector_barriers, the verifier is pypto.ir.block_verify.
 
-    traced KernelProgram --prepare--> --place--> Placement --emit--> Blocks --plan_memory--> addresses
-        --synchronize--> set/wait flags --insert_barriers--> pipe_barrier(V) --insert_handoff_flags--> Kernel
+    traced KernelProgram --prepare--> --place--> Placement --to_tile_graph--> TileGraph --lower_tile_graph-->
+        Blocks --plan_memory--> addresses --synchronize--> set/wait flags --insert_barriers--> pipe_barrier(V)
+        --insert_handoff_flags--> Kernel
 """
 from __future__ import annotations
 
@@ -21,8 +23,8 @@ from ..passes.pipe_sync import block_resources, synchronize
 from ..passes.vector_barriers import insert_barriers
 from . import skew
 from .dump import dump_kernel, dump_stage
-from .tile_graph import to_tile_graph
-from .emit import SideEmitter
+from .expand import lower_tile_graph
+from .tile_graph import _values, to_tile_graph
 from .ir import KernelProgram, Loop
 from .items import side_items
 from .placement import CUBE, VECTOR, Placement, place
@@ -59,11 +61,6 @@ def _loop_items(items, out):
             out[id(it.loop)] = it
             _loop_items(it.body, out)
     return out
-
-
-def _values(program):
-    from .emit import _values as vals
-    return vals(program)
 
 
 def plan_stages(program: KernelProgram, pl: Placement, sides) -> tuple:
@@ -111,27 +108,36 @@ class _TooManyEvents(Exception):
     pass
 
 
-def _build(program, pl, machine, sides, stages, unroll, max_pool=4):
-    """Block IR of every side: emission, memory plan (least recently freed bytes first, so the copies
-    of loop tiles land on different bytes when they fit) and pipe sync."""
+def _build(program, pl, machine, stages, unroll, max_pool=4):
+    """The TileGraph and the Block IR lowered from it: memory plan (least recently freed bytes first, so
+    the copies of loop tiles land on different bytes when they fit) and pipe sync of every side."""
     slots = channel_slots(program, pl, unroll)
-    blocks, peaks = [], {}
-    scratch = _build.scratch = []
-    for s in sides:
-        em = SideEmitter(s, program, pl, machine, stages[s], unroll, slots)
-        block = em.build(program.name)
-        used = plan_memory(block, machine, strategy="pools", tile_loc=_tile_locs(em, program), max_pool=max_pool)
-        peaks.update({f"{s}.{sp}": n for sp, n in used.items()})
-        gm_alias = {v: b for b, _, _, v, _, _, _ in em.scratch}      # pt.reshape scratch: views of one tensor
+    tg = to_tile_graph(program, pl, machine, stages, unroll, slots)
+    for p in tg.programs():
+        p.attrs["max_pool"] = max_pool
+    blocks = lower_tile_graph(tg)
+    peaks = block_passes(tg, blocks, machine, _tile_locs(program, blocks))
+    return tg, blocks, peaks, slots
+
+
+def block_passes(tg, blocks, machine, tile_loc=None) -> dict:
+    """The shared Block IR passes over the blocks lowered from a Tile-level TileGraph (lower_tile_graph),
+    in place: memory plan (buffer pools of at most the programs' ``max_pool``), pipe sync, vector
+    barriers, cross-core handoff flags; -> peak bytes per "side.space"."""
+    peaks = {}
+    for p, block in zip(tg.programs(), blocks):
+        used = plan_memory(block, machine, strategy="pools", tile_loc=tile_loc or {},
+                           max_pool=p.attrs.get("max_pool", 4))
+        side = CUBE if p.kind == "matmul" else VECTOR
+        peaks.update({f"{side}.{sp}": n for sp, n in used.items()})
+        gm_alias = {v: b for b, _, _, v, _, _, _ in p.attrs.get("scratch", ())}   # pt.reshape: views of one tensor
         try:
             synchronize(block, machine, block_resources(block, gm_alias))
         except SyncError as e:
             raise _TooManyEvents() from e
         insert_barriers(block)
-        blocks.append(block)
-        scratch.extend(em.scratch)
     insert_handoff_flags(blocks, machine)
-    return blocks, peaks, slots
+    return peaks
 
 
 def compile_program(program: KernelProgram, backend: str, machine, options: dict) -> CompiledTile:
@@ -140,8 +146,6 @@ def compile_program(program: KernelProgram, backend: str, machine, options: dict
     if backend == "reference":
         return CompiledTile(program)
     pl = place(program)
-    tg = to_tile_graph(program, pl)
-    dump_stage(program, options, "placed", tg)
     sides = [s for s in (CUBE, VECTOR) if pl.kind in (s, "cluster")]
     stages, unroll = plan_stages(program, pl, sides)
     # more buffers and deeper pipelining need more set/wait events; when a pipe pair runs out of them,
@@ -149,19 +153,21 @@ def compile_program(program: KernelProgram, backend: str, machine, options: dict
     attempts = [(stages, unroll, 4), (stages, unroll, 2), ({s: {} for s in sides}, {}, 2)]
     for k, (stages, unroll, pool) in enumerate(attempts):
         try:
-            blocks, peaks, slots = _build(program, pl, machine, sides, stages, unroll, pool)
+            tg, blocks, peaks, slots = _build(program, pl, machine, stages, unroll, pool)
             break
         except _TooManyEvents as e:
             if k == len(attempts) - 1:
                 raise e.__cause__ from None
+    dump_stage(program, options, "placed", tg)
     skewed = sorted({str(lp.var) for s in sides for lp in _all_loops(program.body) if id(lp) in stages[s]})
     kernel = Kernel(program.name, blocks, program.loc)
     if os.environ.get("PYPTO_VERIFY", "") not in ("", "0") or options.get("verify"):
         verify_kernel(kernel, machine)
     workspaces = [Workspace(c.param, slots[c.id] * c.value.shape[0], c.value.shape[1], c.value.dtype)
                   for c in pl.channel_list()]
+    scratch = [s for p in tg.programs() for s in p.attrs.get("scratch", ())]
     dump_kernel(program, options, kernel, machine)
-    return CompiledTile(program, kernel, pl, workspaces, skewed, list(_build.scratch), peaks, tg)
+    return CompiledTile(program, kernel, pl, workspaces, skewed, scratch, peaks, tg)
 
 
 def _all_loops(stmts):
@@ -171,16 +177,16 @@ def _all_loops(stmts):
             yield from _all_loops(s.body)
 
 
-def _tile_locs(em, program) -> dict:
+def _tile_locs(program, blocks) -> dict:
     locs = {}
     vals = {v.name: v for v in _values(program).values()}
-    for name in em.tiles:
-        base = name.split("_")[0]
-        v = vals.get(base)
-        if v is not None and v.op is not None:
-            locs[name] = v.op.loc
+    for b in blocks:
+        for t in b.tiles:
+            v = vals.get(t.name.split("_")[0])
+            if v is not None and v.op is not None:
+                locs[t.name] = v.op.loc
     return locs
 
 
 
-__all__ = ["compile_program", "CompiledTile", "CompileError"]
+__all__ = ["compile_program", "block_passes", "CompiledTile", "CompileError"]
