@@ -1,5 +1,7 @@
 """The tile ops a kernel body can record, as data: which PTO instruction runs each (its meaning is that
-instruction's semantics, pypto/ir/isa.py; reshape is no instruction: the backends go through GM).
+instruction's semantics, pypto/ir/isa.py; reshape is no instruction: the backends go through GM). The
+elementwise ops the op registry has run its entry's instruction (OpDef.pto, as in Tensor mode); their
+broadcast and scalar forms are that instruction's (InstrSpec.expand_forms / scalar_forms).
 
 families
   load / store      GM tile view <-> tile                     TLOAD / TSTORE
@@ -20,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.isa import ISA
+from ..ops.registry import get_op
 
 
 @dataclass(frozen=True)
@@ -30,16 +33,19 @@ class TileOpDef:
     commutative: bool = False
 
 
-_BINARY = {"add": "TADD", "sub": "TSUB", "mul": "TMUL", "div": "TDIV", "maximum": "TMAX", "minimum": "TMIN",
-           "pow": "TPOW"}
+# elementwise ops named as in the op registry run the instruction of their registry entry (OpDef.pto)
+_BINARY = {n: get_op(n).pto for n in ("add", "sub", "mul", "div", "maximum", "minimum", "pow")}
 # [R, C] op [R, 1] and [R, C] op [1, C]: the binary instruction's broadcast forms (its ISA entry)
 _ROW = {n: ISA[pto].expand_forms[0] for n, pto in _BINARY.items() if ISA[pto].expand_forms}
 _COL = {n: ISA[pto].expand_forms[1] for n, pto in _BINARY.items() if ISA[pto].expand_forms}
-_SCALAR = {"adds": "TADDS", "subs": "TSUBS", "rsubs": "TRSUBS", "muls": "TMULS", "divs": "TDIVS", "rdivs": "TRDIVS",
-           "maxs": "TMAXS", "mins": "TMINS", "pows": "TPOWS", "rpows": "TRPOWS"}
-_UNARY = {"exp": "TEXP", "log": "TLOG", "sqrt": "TSQRT", "rsqrt": "TRSQRT", "reciprocal": "TRECIP",
-          "abs": "TABS", "neg": "TNEG", "relu": "TRELU", "tanh": "TTANH", "sigmoid": "TSIGMOID", "erf": "TERF",
-          "sin": "TSIN", "cos": "TCOS", "log1p": "TLOG1P", "expm1": "TEXPM1", "floor": "TFLOOR", "ceil": "TCEIL"}
+# tile op scalar / scalar op tile: a scalar form of the binary op's instruction (its ISA entry)
+_SCALAR_OF = {"adds": ("add", 0), "subs": ("sub", 0), "rsubs": ("sub", 1), "muls": ("mul", 0), "divs": ("div", 0),
+              "rdivs": ("div", 1), "maxs": ("maximum", 0), "mins": ("minimum", 0), "pows": ("pow", 0),
+              "rpows": ("pow", 1)}
+_SCALAR = {n: ISA[_BINARY[op]].scalar_forms[k] for n, (op, k) in _SCALAR_OF.items()}
+_UNARY = {n: get_op(n).pto for n in ("exp", "log", "sqrt", "rsqrt", "reciprocal", "abs", "neg", "relu", "tanh",
+                                     "sigmoid", "erf", "sin", "cos", "log1p", "floor", "ceil")}
+_UNARY["expm1"] = "TEXPM1"              # a Tile-level op the registry does not have
 _REDUCE = {"rowsum": "TROWSUM", "rowmax": "TROWMAX", "rowmin": "TROWMIN",
            "colsum": "TCOLSUM", "colmax": "TCOLMAX", "colmin": "TCOLMIN"}
 ROW_REDUCTIONS = {"rowsum", "rowmax", "rowmin"}
