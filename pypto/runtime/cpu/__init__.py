@@ -33,6 +33,7 @@ from .core_count import cores_to_run
 from .gm_check import build_flags, checked_mode
 from .executor import CpuTask, execute
 from .library import KernelLibrary
+from .units import build_units
 
 __all__ = ["run", "run_kernel", "run_with", "build", "KernelSet", "one_task_graph", "CpuKernelError", "FlagWarning", "BuildWarning", "STATS", "INCLUDE_DIR"]
 
@@ -74,7 +75,7 @@ class KernelSet:
 
 def build(kernels, machine=None, checked: bool | None = None) -> tuple[KernelSet, compiler.BuildResult | None]:
     """Generate the kernels' sources and find each compiled in an already loaded library; compile
-    the others into one (cached on disk by content). ``kernels``: a list or a dict name -> Kernel.
+    the others into one (cached on disk by content; one unit per kernel, units.py). ``kernels``: a list or a dict name -> Kernel.
     checked: build with the whole GM bounds rule compiled in (default: PYPTO_CPU_CHECK; gm_check.py).
     Returns the kernel set and the build result (None when everything was already loaded)."""
     spec = _machine(machine)
@@ -96,8 +97,8 @@ def build(kernels, machine=None, checked: bool | None = None) -> tuple[KernelSet
     missing = {n: by_name[n] for n in digests if n not in entries}
     if entries:           # only the kernels no loaded library has are compiled
         module = generate_module(list(missing.values()), spec)
-    result, lib = compiler.build_and_load(module.files, lambda r: _LOADED.get(r.key) or KernelLibrary(
-        r.library, module.abis, missing, build_key=r.key), flags=build_flags(checked))
+    result, lib = compiler.build_and_load(module.units, lambda r: _LOADED.get(r.key) or KernelLibrary(
+        r.library, module.abis, missing, build_key=r.key), builder=build_units, flags=build_flags(checked))
     result.kernels = len(missing)
     _LOADED[result.key] = lib
     for name in missing:

@@ -160,7 +160,8 @@ inline void convert_bulk(const S* src, D* dst, size_t n)
             std::memcpy(dst + i, &out, sizeof out);
         }
     }
-    for (; i < n; ++i) dst[i] = static_cast<D>(src[i]);
+    // the tail counted from 0: with i carried over, g++ 12 warns the loop may run 2^62 times
+    for (size_t k = 0, tail = n - i; k < tail; ++k) dst[i + k] = static_cast<D>(src[i + k]);
 }
 
 inline void half_to_float(const half* src, float* dst, size_t n) { convert_bulk<floatxv, halfxv>(src, dst, n); }
