@@ -520,9 +520,14 @@ class CoreRun:
             bucket = recs.get(b)
             if bucket is None:
                 continue
-            # a read conflicts with earlier writes; a write with earlier writes and reads
-            for lst, owrite in ((bucket[0], True), (bucket[1], False)) if write else ((bucket[0], True),):
-                for obox, oactor, oclk, oop in lst:
+            # a read conflicts with earlier writes; a write with earlier writes and reads. Each list keeps
+            # the latest clock of every actor in it (an actor's clock only grows): a list whose actors'
+            # accesses this pipe's clock all covers holds no conflict, and is not walked
+            for k in ((0, 1) if write else (0,)):
+                if not any(oactor != actor and vcp[oactor] < clk for oactor, clk in bucket[2 + k].items()):
+                    continue
+                owrite = k == 0
+                for obox, oactor, oclk, oop in bucket[k]:
                     if oactor != actor and vcp[oactor] < oclk and \
                             obox[0] < box[1] and box[0] < obox[1] and obox[2] < box[3] and box[2] < obox[3]:
                         raise SimError(f"race on GM: {cop.where()} {'writes' if write else 'reads'} "
@@ -532,17 +537,19 @@ class CoreRun:
                                        loc=cop.loc)
         if self.declared is not None:
             self._check_declared(cop, write, lead, box)
-        entry = (box, actor, vcp[actor], cop)
+        clk = vcp[actor]
+        entry = (box, actor, clk, cop)
         k = 0 if write else 1
         for b in range(b0, b1):
             bucket = recs.get(b)
             if bucket is None:
-                bucket = recs[b] = ([], [])
+                bucket = recs[b] = ([], [], {}, {})     # writes, reads; latest clock of each actor in them
             lst = bucket[k]
             if not write and lst and lst[-1][0] == box and lst[-1][1] == actor:
                 lst[-1] = entry                     # the same pipe re-reading the same box: keep the latest
             else:
                 lst.append(entry)
+            bucket[2 + k][actor] = clk
 
     @staticmethod
     def _gm_box(cop, vals):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import heapq
 
 from ...errors import PyptoError, SimError
+from ..progress import progress
 
 POLICIES = ("fifo", "locality")
 _SUBMIT, _DISPATCHED, _BLOCK_DONE = 0, 1, 2
@@ -48,12 +49,23 @@ class Scheduler:
         self.end = 0.0
         self.dispatch_slices: list = []
         self.running: list = []          # heap of (unit time, seq, unit)
+        self.bar = None
 
     def push(self, t, kind, payload):
         self.seq += 1
         heapq.heappush(self.events, (t, self.seq, kind, payload))
 
     def run(self, batches) -> float:
+        """Simulate every submission; the cycle the last event happened. A long run shows a progress bar
+        of task instances finished (runtime/progress.py: only on a terminal, only after a few seconds)."""
+        with progress(total=sum(len(b.instances) for b in batches), desc="simulating", unit="task") as bar:
+            self.bar = bar
+            try:
+                return self._run(batches)
+            finally:
+                self.bar = None
+
+    def _run(self, batches) -> float:
         t = 0.0
         for b in batches:
             t += self.submit_cycles
@@ -124,6 +136,7 @@ class Scheduler:
             heapq.heappush(queue, (key, self.enqueued, inst, k))
 
     def finished(self, inst):
+        self.bar.update(1)
         for d in inst.dependents:
             d.deps_left -= 1
             if self.now > d.fresh:
