@@ -81,3 +81,18 @@ def test_width_follows_columns_and_is_readable_when_piped(monkeypatch):
     monkeypatch.delenv("COLUMNS")
     lines = str(r).splitlines()                                     # pytest captures: no terminal
     assert max(map(len, lines)) == PIPED_WIDTH
+
+
+def test_a_counting_gap_is_a_note_not_a_failed_run(monkeypatch):
+    import pypto.runtime.cpu as cpu_backend
+
+    def broken(*_):
+        raise KeyError("n0")
+    monkeypatch.setattr(cpu_backend, "count_work", broken)
+    k = S.vector_add_kernel(64, 64, 16, pypto.float32)
+    x, y = torch.randn(64, 64), torch.randn(64, 64)
+    z = torch.empty_like(x)
+    _, rep = cpu.run_kernel(k, {"x": x, "y": y, "z": z}, {}, block_dim=2)
+    torch.testing.assert_close(z, x + y)
+    assert rep.instructions == 0 and any("not counted (KeyError" in n for n in rep.notes)
+    assert "PTO instructions" not in str(rep) and "-" not in _value_cells(str(rep))
