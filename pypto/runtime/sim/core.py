@@ -240,8 +240,9 @@ class CoreRun:
             start = issue
         if cop.gm_fits is not None:                 # the GM bounds rule first: a box past the end clips to <= 0
             g = self.gm[cop.gm_param]
-            if not cop.gm_fits(vals, g if type(g) is tuple else g.shape):
-                gm_index(cop, vals, g if type(g) is tuple else g.shape)     # raises, explaining the box
+            shape = g if type(g) is tuple else g.shape
+            if not cop.gm_fits(vals, shape):
+                gm_index(cop, vals, shape)          # raises, explaining the box
         m = cop.static
         if m is None:                               # valid shapes known only now (tails)
             key = vals[:cop.nvalid]
@@ -254,13 +255,10 @@ class CoreRun:
                     cop.mcache[key] = m
         occ, nbytes, port, flops, vec, elems = m
         st = self.state
-        if nbytes:
+        if nbytes:                                  # a GM instruction (shape set above)
             gmm = st.gmem
-            write = cop.region == "store"
-            g = self.gm[cop.gm_param]
-            lines = gmm.box_lines(self.gm_names[cop.gm_param], g if type(g) is tuple else g.shape,
-                                  cop.gm_itemsize, cop.trans, vals, cop.n_tiles)
-            end = gmm.access(start + occ, nbytes, port, lines, write)
+            lines = gmm.box_lines(self.gm_names[cop.gm_param], shape, cop.gm_itemsize, cop.trans, vals, cop.n_tiles)
+            end = gmm.access(start + occ, nbytes, port, lines, cop.is_store)
             done = end + st.gm_latency
             st.gm_bytes += nbytes
         else:
@@ -301,12 +299,14 @@ class CoreRun:
             raise SimError(f"event reused while live: {cop.where()} sets {_ev(key)} again, but the set by "
                            f"{prev.where()} has not been waited yet", loc=cop.loc,
                            hint="use another event id, or wait_flag before setting it again")
-        if self.check and not dq:
-            self.check_set_after_wait(cop)
-        snap = tuple(self.vc[src]) if self.check else None
-        dq.append((t, snap, cop))
         if self.check:
-            self.vc[src][self.base + src] += 1
+            if not dq:
+                self.check_set_after_wait(cop)
+            vc = self.vc[src]
+            dq.append((t, tuple(vc), cop))
+            vc[self.base + src] += 1
+        else:
+            dq.append((t, None, cop))
         dst = cop.other
         if self.pending[dst] is not None:
             self.drain(dst)
@@ -501,7 +501,7 @@ class CoreRun:
     def gm_check(self, cop, vals):
         """GM races inside one launch instance (e.g. a store and a later load of the same region by another
         pipe or core with no flag chain between them). Regions are kept per (buffer, shape) in buckets of rows."""
-        write = cop.region == "store"
+        write = cop.is_store
         loc = self.gm_names[cop.gm_param]
         if not write and loc not in self.gm_written:
             if self.declared is not None:               # nothing here writes it: only the declared-region check

@@ -49,7 +49,7 @@ class COp:
                  "tiles", "reads", "writes", "region", "attrs", "sem", "gm_param", "gm_rank", "gm_itemsize",
                  "n_tiles", "scalar_at", "trans", "gm_region", "measure", "static", "dynamic_valid",
                  "key", "other", "event", "flag", "kind_name", "fits", "gm_fits", "mcache", "nvalid",
-                 "read_atoms", "write_atoms")
+                 "read_atoms", "write_atoms", "is_store")
 
     def __init__(self, kind, stmt, block, text=None):
         self.kind, self.stmt, self.block, self._text = kind, stmt, block, text
@@ -58,6 +58,7 @@ class COp:
         self.reads = self.writes = ()
         self.static = None
         self.mcache = {}
+        self.is_store = False
         self.dynamic_valid = False
         self.gm_param = None
         self.trans = False
@@ -195,6 +196,7 @@ class CompiledBlock:
         cop.n_tiles = len(tiles)
         cop.scalar_at = 2 * len(tiles) + len(gm_offs)
         cop.region = spec_i.region
+        cop.is_store = cop.region == "store"
         cop.sem = spec_i.semantics
         cop.trans = bool(cop.attrs.get("trans", False)) and s.op == "TLOAD"
         # which pipe the data path implies
