@@ -106,8 +106,8 @@ class CoreRun:
             self.w_pipe = [-1] * n
             self.w_clk = [0] * n
             self.w_op = [None] * n
-            self.r_clk = [[0] * NPIPES for _ in range(n)]
-            self.r_op = [[None] * NPIPES for _ in range(n)]
+            self.r_clk = [None] * n                 # per atom: the clock of each pipe's read since the write
+            self.r_op = [None] * (n * NPIPES)       # (None: no read yet); the reads, atom-major
             self.owner = [None] * n                 # the tile whose write put the atom's bytes there
             self.atoms = cb.atoms
             self.buffer_of = cb.buffer_of
@@ -478,8 +478,11 @@ class CoreRun:
             wp = w_pipe[a]
             if wp >= 0 and wp != p and vcp[base + wp] < w_clk[a]:
                 self._race(cop, t, a, "reads", self.w_op[a], "wrote")
-            r_clk[a][p] = clk
-            self.r_op[a][p] = cop
+            rc = r_clk[a]
+            if rc is None:
+                rc = r_clk[a] = [0] * NPIPES
+            rc[p] = clk
+            self.r_op[a * NPIPES + p] = cop
         if not cop.write_atoms:
             return
         mine = vcp[base:base + NPIPES]
@@ -489,13 +492,13 @@ class CoreRun:
                 self._race(cop, t, a, "writes", self.w_op[a], "wrote")
             rc = r_clk[a]
             # a read this pipe's clock does not cover (this pipe's own reads always are covered)
-            if any(map(gt, rc, mine)):
+            if rc is not None and any(map(gt, rc, mine)):
                 other = next(q for q in range(NPIPES) if rc[q] > mine[q])
-                self._race(cop, t, a, "writes", self.r_op[a][other], "read")
+                self._race(cop, t, a, "writes", self.r_op[a * NPIPES + other], "read")
             w_pipe[a] = p
             w_clk[a] = clk
             self.w_op[a] = cop
-            r_clk[a] = [0] * NPIPES
+            r_clk[a] = None
             owner[a] = t
 
     def gm_check(self, cop, vals):
