@@ -17,7 +17,9 @@ iteration's tasks run one after another, so tasks / S iterations in flight keep 
 full; one more is being dispatched (the AICPU's dispatch cost). The copies of one loop's
 workspaces take at most a quarter of L2 (copies that do not stay in L2 cost HBM traffic instead of
 waits). Sizes, trip counts and block_dims may be symbolic: K
-is then an expression the runtime evaluates with the run's sizes. K = 1 leaves the buffer alone.
+is then an expression the runtime evaluates with the run's sizes. K = 1 leaves the buffer alone,
+and so does a loop whose every task waits for the previous iteration through a running state
+(``_a_chain``: the GDN state recurrence), where copies would only take L2 from other data.
 """
 from __future__ import annotations
 
@@ -40,6 +42,8 @@ def multibuffer_workspaces(eg: ExecutionGraph, machine) -> ExecutionGraph:
             private.setdefault(b.private_to[-1], []).append(b)
     for var, bufs in private.items():
         loop, outer = loops[var]
+        if _a_chain(eg, loop):
+            continue
         copies = _copies(eg, loop, bufs, machine, loops)
         if copies is None:
             continue
@@ -50,6 +54,59 @@ def multibuffer_workspaces(eg: ExecutionGraph, machine) -> ExecutionGraph:
         for b in bufs:
             _split(eg, b, copies, slot)
     return eg
+
+
+def _root(eg, name):
+    """(root buffer name, element offset of ``name`` in it)."""
+    off = sympy.Integer(0)
+    b = eg.buffers[name]
+    while b.view_of is not None:
+        off = off + sympy.sympify(b.view_offset)
+        b = eg.buffers[b.view_of]
+    return b.name, off
+
+
+def _a_chain(eg, loop) -> bool:
+    """Whether every task of an iteration waits for the previous iteration anyway, so that copies
+    would only take memory (and L2): each task reads or writes a running state (a buffer region that
+    does not move with the loop and that the body both reads and writes there), or reads a
+    workspace of the iteration that such a task wrote. A task whose regions are not declared counts
+    as independent (this is a choice of K only: copies never change a result)."""
+    tasks = list(_tasks(loop.body))
+    varying = {loop.var} | {it.var for it in _nested_loops(loop.body)}
+
+    def fixed(buffer, region):
+        root, off = _root(eg, buffer)
+        exprs = [off, *region.offsets, *region.extents]
+        if any(sympy.sympify(e).free_symbols & varying for e in exprs):
+            return None
+        return root
+
+    state_reads, state_writes = set(), set()
+    for t in tasks:
+        if t.reads is None or t.writes is None:
+            return False
+        state_reads |= {fixed(r.buffer, r) for r in t.reads} - {None}
+        state_writes |= {fixed(r.buffer, r) for r in t.writes} - {None}
+    private = {n for n, b in eg.buffers.items() if loop.var in b.private_to}
+    state = (state_reads & state_writes) - private
+    if not state:
+        return False
+    chained: set = set()                   # private workspaces written by chained tasks
+    for t in tasks:
+        touches = {fixed(r.buffer, r) for r in t.reads + t.writes} & state
+        reads = {_root(eg, r.buffer)[0] for r in t.reads}
+        if not touches and not (reads & chained):
+            return False
+        chained |= {_root(eg, r.buffer)[0] for r in t.writes} & private
+    return True
+
+
+def _nested_loops(items):
+    for it in items:
+        if isinstance(it, Loop):
+            yield it
+            yield from _nested_loops(it.body)
 
 
 def _loops(items, outer=()) -> dict:

@@ -229,6 +229,27 @@ def test_copies_are_bounded_by_the_trip_count_and_the_memory():
     assert not _copies(g) and any(b.private_to for b in g.buffers.values())     # private, but one copy
 
 
+def running_state(x, w):
+    """A pure chain: every task of an iteration reads or writes the state s, or reads what one did."""
+    s = pypto.zeros(32, 64, dtype=x.dtype)
+    s[:, :] = x[0:32]
+    for i in pypto.loop(6):
+        t = s @ w
+        s[:, :] = (t * 0.5).exp() - s
+    return s
+
+
+def test_a_running_state_loop_keeps_one_copy_and_its_result():
+    """No iteration can start before the previous one ended, so copies would only take memory."""
+    x, w, _, _ = _inputs(32, torch.float32)
+    graph = lower(pypto.jit(running_state, backend="reference").trace(x, w))
+    assert any(b.private_to for b in graph.buffers.values()) and not _copies(graph)
+    s = x.clone()
+    for _ in range(6):
+        s = (s @ w * 0.5).exp() - s
+    assert_match(pypto.jit(running_state, backend="sim")(x, w), s, tol=(1e-5, 1e-5))
+
+
 def test_dynamic_trip_count_gets_a_run_time_number_of_copies():
     """With a DYNAMIC row count the number of copies is an expression of the size (at most the trip
     count), evaluated when the program runs: one block runs with one copy, many blocks with more."""
