@@ -1,5 +1,6 @@
 """pypto.last_report() is the report of the most recent run on any backend and from any front end
 (Tensor level, Tile level, Professional mode): one record, in pypto/runtime/report.py."""
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -12,9 +13,18 @@ import pypto_pro.language as pl
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES / "pro"))
-sys.path.insert(0, str(EXAMPLES / "tile"))
 import add  # noqa: E402  examples/pro/add.py
-import layer_norm  # noqa: E402  examples/tile/layer_norm.py
+
+
+def _load(path: Path):
+    """An example by file (examples/tile and examples/pro share module names: none goes on sys.path)."""
+    spec = importlib.util.spec_from_file_location(f"last_report_{path.parent.name}_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+layer_norm = _load(EXAMPLES / "tile" / "layer_norm.py")
 
 
 @pytest.mark.parametrize("backend", ["sim", "cpu"])
