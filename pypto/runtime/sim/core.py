@@ -119,6 +119,8 @@ class CoreRun:
         n = 0
         pending, instr, feed, sc = self.pending, self.instr, self.feed, self.scalar_cycles
         set_flag, try_wait = self.set_flag, self.try_wait
+        flags, free, done = self.flags, self.free, self.done
+        plain = not self.check and self.trace is None      # flags with nothing to record: inline below
         for cop, vals in self.walker:
             n += 1
             kind = cop.kind
@@ -127,12 +129,31 @@ class CoreRun:
                     self.issue += sc
                     instr(cop, vals, self.issue)
                 elif kind == SET:
-                    self.issue += sc
-                    set_flag(cop, self.issue)
+                    self.issue = issue = self.issue + sc
+                    dq = flags.get(cop.key)
+                    if plain and dq is not None and not dq:     # set_flag, when the event is free
+                        t = done[cop.pipe]
+                        dq.append((t if t > issue else issue, None, cop))
+                        if pending[cop.other] is not None:
+                            self.drain(cop.other)
+                    else:
+                        set_flag(cop, issue)
                 elif kind == WAIT:
-                    self.issue += sc
-                    if not try_wait(cop, self.issue):
-                        pending[cop.pipe] = deque([(cop, vals, self.issue)])
+                    self.issue = issue = self.issue + sc
+                    dq = flags.get(cop.key)
+                    if plain and dq is not None and len(dq) == 1:   # try_wait, when one set is there
+                        t_set = dq.popleft()[0]
+                        p = cop.pipe
+                        t = free[p]
+                        if issue > t:
+                            t = issue
+                        if t_set > t:
+                            t = t_set
+                        free[p] = t
+                        if t > done[p]:
+                            done[p] = t
+                    elif not try_wait(cop, issue):
+                        pending[cop.pipe] = deque([(cop, vals, issue)])
                         self.npending += 1
                 else:
                     feed(cop, vals)
@@ -352,8 +373,7 @@ class CoreRun:
 
     def full_barrier(self, cop):
         t = max(max(self.done), max(self.free), self.issue)
-        self.free = [t] * NPIPES
-        self.done = [t] * NPIPES
+        self.free[:] = self.done[:] = [t] * NPIPES          # in place: step() holds the lists
         self.issue = t
         if self.check:
             joined = [max(col) for col in zip(*self.vc)]
