@@ -294,8 +294,21 @@ def _write(dst: Tensor, offsets: tuple, src: Tensor) -> None:
         # a write through a view writes the viewed tensor; the view is then derived from it again
         _write(alias.parent, tuple(sym.simplify(a + b) for a, b in zip(alias.offsets, offsets)), src)
         fresh(dst)
+    elif _whole(dst, offsets, src):
+        # the new value replaces every element: dst simply becomes src (no assemble, no copy); the
+        # tiling pass stores src straight into dst's buffer when dst is an argument (an out-param)
+        src = fresh(src)
+        ctx.record_mutation(dst)
+        dst._graph, dst._node = ctx.current().graph, ctx.resolve(src._graph, src._node)
     else:
         _rebind(dst, emit("assemble", [dst, src], {"offsets": offsets}))
+
+
+def _whole(dst: Tensor, offsets: tuple, src: Tensor) -> bool:
+    """True when a write of src at offsets covers all of dst (and needs no cast: assemble checks that)."""
+    return (src.dtype == dst.dtype and len(src.shape) == len(dst.shape)
+            and all(sym.equal(o, 0) is True for o in offsets)
+            and all(sym.equal(a, b) is True for a, b in zip(src.shape, dst.shape)))
 
 
 def _rebind(t: Tensor, new: Tensor) -> None:
@@ -318,8 +331,13 @@ def setitem(x, idx, value) -> None:
 
 def _broadcast_to(v: Tensor, shape: tuple) -> Tensor:
     from ..ops.shape_rules import broadcast_shapes
-    if broadcast_shapes(v.shape, shape) != tuple(shape) or len(v.shape) > len(shape):
-        raise ShapeError(f"cannot write a value of shape {list(v.shape)} into a box of shape {list(shape)}")
+    try:
+        fits = len(v.shape) <= len(shape) and broadcast_shapes(v.shape, shape) == tuple(shape)
+    except ShapeError:
+        fits = False
+    if not fits:
+        raise ShapeError(f"cannot write a value of shape {list(v.shape)} into a box of shape {list(shape)}",
+                         hint="the value's sizes must equal the box's or be 1 (torch's broadcasting)")
     return add(v, zeros(*shape, dtype=v.dtype)) if tuple(v.shape) != tuple(shape) else v
 
 

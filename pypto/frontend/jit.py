@@ -177,15 +177,17 @@ class JitFunction:
     def __call__(self, *args, **kwargs):
         loc = user_location()
         compiled, tensors, env = self._prepare(args, kwargs, loc)
-        inputs = [t.detach() for _, t in tensors]
+        g = compiled.graph
+        inputs = _separate_out_params(g, [t.detach() for _, t in tensors])
         outs, report = compiled.run(inputs, env)
         self.last_report = report
-        g = compiled.graph
         returned = []
         for spec, value in zip(g.outputs, outs):
             if spec.kind == "inplace":
-                if value.device.type != "meta":      # timing-only runs produce no data to write back
-                    tensors[spec.index][1].data.copy_(value)
+                target = tensors[spec.index][1]
+                # timing-only runs produce no data; an out-param built in the caller's tensor is there already
+                if value.device.type != "meta" and not _same_tensor(value, target):
+                    target.data.copy_(value)
             else:
                 returned.append(value)
         if not returned:
@@ -202,6 +204,22 @@ class JitFunction:
 
     def report(self):
         return self.last_report
+
+
+def _separate_out_params(g: TensorGraph, inputs: list) -> list:
+    """The programs write an out-param straight into the caller's tensor (passes/out_params.py), which
+    assumes it shares no memory with another argument; one that does runs on a copy, written back after."""
+    for spec in g.outputs:
+        if spec.kind == "inplace":
+            t = inputs[spec.index]
+            ptr = t.untyped_storage().data_ptr()
+            if any(j != spec.index and u.untyped_storage().data_ptr() == ptr for j, u in enumerate(inputs)):
+                inputs[spec.index] = t.clone()
+    return inputs
+
+
+def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
 
 
 def _has_varargs(sig) -> bool:

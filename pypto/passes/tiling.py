@@ -13,6 +13,9 @@ Walks the fusion plan in program order and gives every value a home in GM:
   from boxes the same way;
 * ``pypto.loop`` becomes a TileLoop with its symbolic bounds; a carried tensor lives in one buffer
   that every iteration updates in place (its initial value is stored or copied there first).
+* an argument the function writes (an out-param: ``out[...] = expr``) is its own output buffer: its new
+  value is built there when no old value can be read after being overwritten (out_params.py), else
+  built elsewhere and copied there after every other program.
 Values the caller wants that no program wrote where wanted are copied at the end.
 """
 from __future__ import annotations
@@ -24,7 +27,7 @@ from .. import symbolic as sym
 from ..errors import CompileError
 from ..ir.execution import Buffer
 from ..ir.tile_graph import TileGraph, TileLoop
-from . import storage as st
+from . import out_params, storage as st
 from .fusion import plan_fusion
 from .iterspace import op_class
 from .exprs import same
@@ -122,13 +125,20 @@ def build_tile_graph(g, machine, *, fuse: bool = True) -> TileGraph:
         inputs.append(b.name)
     outputs = []
     wants = {}
+    out_params = []
     for k, o in enumerate(g.outputs):
+        if o.kind == "inplace":
+            # an argument written by the function: its new value goes back into its own buffer
+            name = inputs[o.index]
+            outputs.append(name)
+            out_params.append((o.node, g.inputs[o.index], st.full_access(buffers[name])))
+            continue
         info = g.info(o.node)
         b = scope.add_buffer(f"out{k}", info.shape, info.dtype, "output")
         outputs.append(b.name)
         wants.setdefault(o.node, []).append(st.full_access(b))
     storage = {nid: st.full_access(buffers[name]) for nid, name in zip(g.inputs, inputs)}
-    items = _Body(g, scope, storage, wants, set(), fuse).run()
+    items = _Body(g, scope, storage, wants, set(), fuse, out_params).run()
     return TileGraph(g.name, buffers, inputs, outputs, items, list(g.symbols))
 
 
@@ -141,10 +151,14 @@ class _Body:
     """Tiles one graph (the program, or a loop body). ``wants``: node -> accesses its value must be
     written to; ``mutable``: input nodes whose buffers this graph may update in place."""
 
-    def __init__(self, g, scope, storage, wants, mutable, fuse):
+    def __init__(self, g, scope, storage, wants, mutable, fuse, out_params=()):
         self.g, self.scope, self.storage = g, scope, storage
         self.wants = {n: list(v) for n, v in wants.items()}
         self.mutable = set(mutable)
+        self.out_params = list(out_params)    # (final value, argument node, the argument's buffer)
+        self.late: list = []                  # (value, access) copied after every program
+        self.copy_in: set = set()             # in-place assembles whose source is copied in, not stored there
+        self.snapshots: dict = {}             # late value -> the workspace it is copied to where it stands
         self.plan = plan_fusion(g, scope.machine, enable=fuse)
         self.items: list = []
         self.pos = {}
@@ -161,9 +175,12 @@ class _Body:
 
     # ------------------------------------------------------------------ planning ahead
     def _later_users_ok(self, d, a) -> bool:
-        """Every other reader of d runs before the assemble a (it is one of a's ancestors)."""
+        """Every other reader of d runs before the assemble a (it is one of a's ancestors), and no output
+        wants d's value but where it is built (an out-param's buffer)."""
         anc = nx.ancestors(self.g.nx, a)
-        return all(u == a or u in anc for u in self.g.users(d)) and d not in self.wants
+        home = self.homes.get(d)
+        return (all(u == a or u in anc for u in self.g.users(d))
+                and all(w is home for w in self.wants.get(d, ())))
 
     def _home_of(self, n):
         """A mutable buffer home for value n, creating one for values a program will store."""
@@ -187,8 +204,34 @@ class _Body:
             return self.carried[loop][g.node(n)["attrs"]["index"]]
         return None
 
+    def _plan_out_params(self):
+        """Each written argument's new value built in its own buffer when that is safe, else built
+        elsewhere and copied there after every program (passes/out_params.py)."""
+        g = self.g
+        decisions = out_params.plan_out_params(g, self.plan, self.pos, self.writer, self.wants,
+                                               [(f, i) for f, i, _ in self.out_params])
+        for (f, i, buf), d in zip(self.out_params, decisions):
+            if f == i:
+                continue
+            if not d.in_place:
+                self.late.append((f, buf))
+                if d.snapshot:
+                    self.snapshots[f] = None
+                continue
+            self.copy_in |= d.copy_in
+            base, chain = out_params.chain_of(g, f)
+            if base == i:
+                self.mutable.add(i)             # the partial writes go into boxes of the argument
+            else:
+                if base in self.writer:
+                    self.homes[base] = buf
+                self.wants.setdefault(base, []).insert(0, buf)
+            if chain:
+                self.wants.setdefault(f, []).append(buf)
+
     def _plan(self):
         g = self.g
+        self._plan_out_params()
         for n in g.nodes():
             op = g.op(n)
             if op == "loop":
@@ -203,7 +246,7 @@ class _Body:
                 if home is not None and home.is_full:
                     self.inplace.add(n)
                     box = st.view_access(home, g.node(n)["attrs"]["offsets"], g.info(s).shape)
-                    if s in self.writer and g.op(s) != "scalar":
+                    if s in self.writer and g.op(s) != "scalar" and n not in self.copy_in:
                         self.wants.setdefault(s, []).append(box)
             elif op == "concat":
                 home = self._concat_home(n)
@@ -276,8 +319,9 @@ class _Body:
                     continue
                 members = set(grp.nodes)
                 stores = {}
+                late = {f for f, _ in self.late}
                 for n in grp.nodes:
-                    if any(u not in members for u in g.users(n)) or n in self.wants:
+                    if any(u not in members for u in g.users(n)) or n in self.wants or n in late:
                         stores[n] = self._store_target(n)
                 name = _pname(g, grp, self.scope)
                 for _attempt in range(8):
@@ -291,13 +335,29 @@ class _Body:
                     self._extra_copies(n, stores[n])
                 continue
             self._node(ident)
+            if ident in self.snapshots:
+                self._snapshot(ident)
         # values still wanted somewhere: copy them
         for n, accs in list(self.wants.items()):
             for acc in accs:
                 if n in self.storage and _same_place(self.storage[n], acc):
                     continue
                 self._copy(n, acc)
+        # written arguments not built in place: last, after every read of their old values
+        from .copy_tiling import copy_program
+        for n, acc in self.late:
+            src = self.snapshots.get(n) or self.storage[n]
+            if not _same_place(src, acc):
+                self.items.append(copy_program(self.g, n, src, self.scope, acc))
         return self.items
+
+    def _snapshot(self, n):
+        """An old argument value (or a view of one) that another argument takes: copied aside here,
+        before the writes that replace it."""
+        info = self.g.info(n)
+        tmp = self.scope.workspace(f"ws{n}_old", info.shape, info.dtype)
+        self._copy(n, tmp)
+        self.snapshots[n] = tmp
 
     def _copy_contiguous(self, src):
         """Value ``src`` copied to a contiguous workspace, which its readers then read."""
@@ -406,7 +466,7 @@ class _Body:
             home = self._home_of(d)
             box = st.view_access(home, offsets, g.info(s).shape)
             if not (s in self.storage and _same_place(self.storage[s], box)):
-                if s in self.writer and g.op(s) != "scalar":
+                if s in self.writer and g.op(s) != "scalar" and n not in self.copy_in:
                     raise CompileError("internal: assemble source was not stored in place", loc=g.node(n)["loc"])
                 self._copy(s, box)
             self.storage[n] = home
@@ -466,23 +526,21 @@ class _Body:
             init = node["inputs"][pos]
             if not (init in self.storage and _same_place(self.storage[init], bufs[j])):
                 self._copy(init, bufs[j])
-        body_storage, mutable = {}, set()
+        body_storage = {}
         for k, (bin_, outer) in enumerate(zip(body.inputs, node["inputs"])):
             if k in carried_pos:
                 body_storage[bin_] = bufs[carried_pos.index(k)]
-                mutable.add(bin_)
             else:
                 if outer not in self.storage:
                     raise CompileError(f"internal: loop input %{outer} has no GM home", loc=node["loc"])
                 body_storage[bin_] = self.storage[outer]
-        wants = {}
-        for j, o in enumerate(body.outputs):
-            wants.setdefault(o.node, []).append(bufs[j])
+        # each carried value is the body's written argument: updated in its buffer as an out-param is
+        carried = [(o.node, body.inputs[carried_pos[j]], bufs[j]) for j, o in enumerate(body.outputs)]
         last = attrs["start"] + (sympy.ceiling((attrs["stop"] - attrs["start"]) / attrs["step"]) - 1) * attrs["step"]
         self.scope.loop_vars[attrs["var"]] = (attrs["start"], sym.simplify(last))
         self.scope.loop_stack.append(attrs["var"])
         try:
-            items = _Body(body, self.scope, body_storage, wants, mutable, True).run()
+            items = _Body(body, self.scope, body_storage, {}, set(), True, carried).run()
         finally:
             self.scope.loop_stack.pop()
         self.items.append(TileLoop(attrs["var"], attrs["start"], attrs["stop"], attrs["step"], items, node["loc"]))
