@@ -16,10 +16,10 @@ kind of min(1, block_dim / cores of the kind): the share of those cores one iter
 iteration's tasks run one after another, so tasks / S iterations in flight keep the busiest cores
 full; one more is being dispatched (the AICPU's dispatch cost). The copies of one loop's
 workspaces take at most a quarter of L2 (copies that do not stay in L2 cost HBM traffic instead of
-waits). Sizes, trip counts and block_dims may be symbolic: K
-is then an expression the runtime evaluates with the run's sizes. K = 1 leaves the buffer alone,
-and so does a loop whose every task waits for the previous iteration through a running state
-(``_a_chain``: the GDN state recurrence), where copies would only take L2 from other data.
+waits). Sizes, trip counts and block_dims may be symbolic: K is then an expression the runtime
+evaluates with the run's sizes. K = 1 leaves the buffer alone, and so does a loop whose every task
+waits for the previous iteration through a running state (``_a_chain``: the GDN state recurrence),
+where copies would only take L2 from other data.
 """
 from __future__ import annotations
 
@@ -120,13 +120,15 @@ def _loops(items, outer=()) -> dict:
 
 
 def _trip(loop):
-    return sympy.sympify(sym.simplify(sympy.Max(0, sympy.ceiling((sympy.sympify(loop.stop) - loop.start) / loop.step))))
+    trips = sympy.ceiling((sympy.sympify(loop.stop) - loop.start) / loop.step)
+    return sympy.sympify(sym.simplify(sympy.Max(0, trips)))
 
 
 def _iteration_number(chain):
     """The number of the current iteration in program order over the nested loops ``chain``
-    (outermost first); None when a step is not a positive integer or an inner trip count depends
-    on an outer loop variable (then only the innermost loop's own count is used)."""
+    (outermost first), counted from the innermost loop out as far as each step is a positive integer
+    and each inner trip count does not depend on an outer loop variable; None when the innermost
+    loop's step is not a positive integer."""
     n = sympy.Integer(0)
     weight = sympy.Integer(1)
     loop_vars = {lp.var for lp in chain}
