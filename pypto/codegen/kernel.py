@@ -63,7 +63,8 @@ class BlockEmitter:
         # only for a hand-built Block that did not go through the memory pass
         self.planned_scratch = {i.attrs["tmp"] for i in block.instructions() if isinstance(i.attrs.get("tmp"), str)}
         self.scratch: dict[tuple, str] = {}           # (dtype, shape) -> scratch tile name
-        self.views: dict[str, str] = {}               # ColMajor tile -> name of its RowMajor transposed view
+        # ColMajor tile -> name of its RowMajor transposed view; ("block", column tile) -> its block view
+        self.views: dict = {}
         self.view_lines: list[str] = []
         self.valid_deps = {t.name: self._valid_loop_deps(t) for t in block.tiles}
         self.fresh: set[str] = set()                   # loop-dependent valid shapes current at this point
@@ -213,6 +214,7 @@ class BlockEmitter:
         dst = self.tiles.get(ins.operands[0]) if isinstance(ins.operands[0], str) else None
         views = self.row_major_views(ins, tile_ops, pad)
         check_instr(ins, spec, [self.tiles[o] for o in tile_ops], set(views))
+        views.update(self.row_blocks(ins, tile_ops, pad))
         args = []
         for p in sp.pattern:
             if p == "d":
@@ -267,6 +269,48 @@ class BlockEmitter:
             elif dyn_c:
                 self.lines.append(f"{pad}{view}.SetValidRow({self.int_expr(vc)});")
         return out
+
+    def row_blocks(self, ins: Instr, tile_ops: list[str], pad: str) -> dict[str, str]:
+        """Column tile -> its one-block-per-row view, for a TROWEXPAND<op> (region "rowexpand") whose column
+        operand (valid cols 1) is RowMajor: one row, or rows not a 32-byte multiple, which pto-isa's Tile does
+        not allow ColMajor. pto-isa's TROWEXPAND<op> reads a RowMajor column as one 32-byte block per row
+        (valid cols 32 / sizeof, every lane the row's value), so the row's value is first copied across its
+        block (TROWEXPAND in place; the lanes are the tile's own padding), then the vector barrier that read
+        needs. pypto's headers read lane 0 either way."""
+        if ISA[ins.op].region != "rowexpand":
+            return {}
+        out = {}
+        for name in dict.fromkeys(tile_ops[1:]):
+            t = self.tiles[name]
+            vc = t.valid_shape[1]
+            if tt.is_col_major(t) or not is_static(vc) or int(vc) != 1:
+                continue
+            block = tt.ALIGN_BYTES // t.dtype.itemsize
+            if t.shape[1] < block:
+                raise CompileError(f"{ins.op}: column tile {t.name} {list(t.shape)} is narrower than one "
+                                   f"{tt.ALIGN_BYTES}-byte block per row", loc=ins.loc)
+            if ("block", name) not in self.views:
+                self.views[("block", name)] = self._declare_block_view(t, block)
+            view = out[name] = self.views[("block", name)]
+            if tt.dynamic_dims(t)[0]:
+                self.lines.append(f"{pad}{view}.SetValidRow({self.int_expr(t.valid_shape[0])});")
+            self.lines.append(f"{pad}TROWEXPAND({view}, {self.tile_name(name, ins)});  "
+                              f"{_comment(f'{t.name}: its value across the 32-byte block of each row')}")
+            self.lines.append(f"{pad}pipe_barrier(PIPE_V);")
+        return out
+
+    def _declare_block_view(self, t: TileDecl, block: int) -> str:
+        name = self.namer.fresh(f"{self.names[('tile', t.name)]}_block")
+        type_name = self.namer.fresh(f"{name}_t")
+        rows, cols = t.shape
+        vr, _ = tt.valid_args(t)
+        ctor = f"{name}({rows})" if tt.dynamic_dims(t)[0] else name
+        self.view_lines += [f"{INDENT}using {type_name} = Tile<TileType::Vec, {t.dtype.cpp}, {rows}, {cols}, "
+                            f"BLayout::RowMajor, {vr}, {block}>;  "
+                            f"{_comment(f'{t.name} as one {tt.ALIGN_BYTES}-byte block per row')}",
+                            f"{INDENT}{type_name} {ctor};",
+                            f"{INDENT}TASSIGN({name}, 0x{self.addresses[t.name]:05x});"]
+        return name
 
     def _declare_view(self, t: TileDecl) -> str:
         name = self.namer.fresh(f"{self.names[('tile', t.name)]}_transposed")

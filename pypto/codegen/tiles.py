@@ -6,6 +6,9 @@ columns that are not 32-byte multiples while its rows are: those are column-majo
 pto-isa's row-expand instructions and alignment rules expect), their columns stored one after
 another. An instruction that pto-isa only takes on RowMajor tiles (TADDS, TMULS, ...) works on
 such a tile through ``transposed_view_type``: the RowMajor [cols, rows] tile over the same bytes.
+A one-column tile whose rows are not a 32-byte multiple (one row, three rows) cannot be ColMajor in
+pto-isa and stays RowMajor; a TROWEXPAND<op> reads it through a one-32-byte-block-per-row view that
+codegen fills first (``kernel.BlockEmitter.row_blocks``).
 L1 tiles feed the cube and use the NZ fractal layout (TLOAD converts from ND GM); L0A / L0B / L0C
 use the TileLeft / TileRight / TileAcc aliases of the target.
 """

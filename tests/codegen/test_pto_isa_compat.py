@@ -25,6 +25,7 @@ import torch
 
 from pypto import dtypes
 from pypto.codegen import generate_module
+from pypto.ir.block_parser import parse_kernel
 from pypto.runtime import cpu
 from pypto.runtime.cpu import compiler
 from pypto.testing import instructions
@@ -69,9 +70,10 @@ torch.set_num_threads(1)
 from pypto.testing import instructions, kernels as ck
 from pypto import dtypes
 from pypto.codegen import generate_module
+from pypto.ir.block_parser import parse_kernel
 from pypto.runtime import cpu
 from pypto.runtime.cpu.library import KernelLibrary
-kernel = eval({expr!r}, {{"ck": ck, "instructions": instructions, "dtypes": dtypes}})
+kernel = eval({expr!r}, {{"ck": ck, "instructions": instructions, "dtypes": dtypes, "parse_kernel": parse_kernel}})
 lib = KernelLibrary({library!r}, generate_module([kernel]).abis, {{kernel.name: kernel}})
 tensors = torch.load({inputs!r})
 graph, tensors = cpu.one_task_graph(kernel, tensors, {scalars!r}, {block_dim!r})
@@ -83,7 +85,7 @@ torch.save(tensors, {outputs!r})
 def run_both(expr, args, block_dim, shadow, tmp_path, scalars=None):
     """(results on pto-isa's headers, results on pypto's): the kernel's GM tensors after one launch.
     The pto-isa run is a fresh process (its CPU simulation's asserts abort); its failure fails the test."""
-    kernel = eval(expr, {"ck": ck, "instructions": instructions, "dtypes": dtypes})
+    kernel = eval(expr, {"ck": ck, "instructions": instructions, "dtypes": dtypes, "parse_kernel": parse_kernel})
     library = build_against_pto_isa(kernel, shadow)
     inputs, outputs = tmp_path / "inputs.pt", tmp_path / "outputs.pt"
     torch.save(args, inputs)
@@ -158,6 +160,47 @@ def test_kernel_compiles_and_matches(name, shadow, tmp_path):
     for who, result in (("pto-isa", theirs), ("pypto", ours)):
         torch.testing.assert_close(result[out].float(), expected, rtol=rtol, atol=atol,
                                    msg=lambda m, who=who: f"{name} on {who}'s headers: {m}")
+
+
+def tensor_level_kernel(program: str, dtype: torch.dtype, rows: int, folder: Path) -> str:
+    """The Block IR file (its dump) of the one kernel a Tensor-level ``program`` lowers to over [rows, 256]."""
+    import pypto
+    import pypto.nn.functional as F
+    pt = dtypes.from_torch(dtype)
+
+    def softmax(x: pypto.Tensor[[rows, 256], pt]):
+        return F.softmax(x, dim=-1)
+
+    def rms_norm(x: pypto.Tensor[[rows, 256], pt], w: pypto.Tensor[[256], pt]):
+        return F.rms_norm(x, (256,), w, 1e-6)
+    fn = pypto.jit({"softmax": softmax, "rms_norm": rms_norm}[program], backend="sim", timing_only=True,
+                   dump=str(folder))
+    fn(*[torch.zeros(rows, 256, dtype=dtype), torch.zeros(256, dtype=dtype)][:1 if program == "softmax" else 2])
+    (kernel,) = folder.rglob("*_kernels/*.pto")
+    return str(kernel)
+
+
+@pytest.mark.parametrize("program", ["softmax", "rms_norm"])
+@pytest.mark.parametrize("dtype", [F, H], ids=str)
+def test_tensor_level_one_row_tiles(program, dtype, shadow, tmp_path):
+    """Three rows lower to one-row tiles: the [1, 8] column of a row reduction cannot be ColMajor (pto-isa
+    wants a ColMajor tile's rows to fill 32 bytes), and pto-isa's TROWEXPAND<op> reads a RowMajor column as
+    one 32-byte block per row (validCol 32 / sizeof), which codegen fills first. Both builds match torch."""
+    path = tensor_level_kernel(program, dtype, 3, tmp_path / "dump")
+    text = Path(path).read_text()
+    assert "f32[1, 8]" in text and "TROWEXPAND" in text, text        # the case this test is about
+    x, w = torch.randn(3, 256).to(dtype), torch.randn(256).to(dtype)
+    args = {"in0": x, "out0": torch.zeros(3, 256, dtype=dtype)}
+    if program == "rms_norm":
+        args["in1"] = w
+        expected = torch.nn.functional.rms_norm(x.float(), (256,), w.float(), 1e-6)
+    else:
+        expected = torch.softmax(x.float(), dim=-1)
+    theirs, ours = run_both(f"parse_kernel(open({path!r}).read())", args, 3, shadow, tmp_path)   # a core a row
+    rtol, atol = ck.tolerance(dtypes.from_torch(dtype))
+    for who, result in (("pto-isa", theirs), ("pypto", ours)):
+        torch.testing.assert_close(result["out0"].float(), expected, rtol=rtol, atol=atol,
+                                   msg=lambda m, who=who: f"{program} on {who}'s headers: {m}")
 
 
 # per dtype: instructions pto-isa's CPU simulation does not build for it
