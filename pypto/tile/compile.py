@@ -24,7 +24,7 @@ from ..passes.vector_barriers import insert_barriers
 from . import skew
 from .dump import dump_kernel, dump_stage
 from .expand import lower_tile_graph
-from .tile_graph import _values, to_tile_graph
+from .tile_graph import program_values, to_tile_graph
 from .ir import KernelProgram, Loop
 from .items import side_items
 from .placement import CUBE, VECTOR, Placement, place
@@ -67,7 +67,7 @@ def plan_stages(program: KernelProgram, pl: Placement, sides) -> tuple:
     """-> ({side: {id(loop): stages}}, {id(loop): copies}): the software-pipelined loops of each side and
     how many times every loop is unrolled (both sides of a loop unroll it alike: the handoff slots
     follow the iteration number)."""
-    values = _values(program)
+    values = program_values(program)
     per_side = {s: _loop_items(side_items(program.body, s, pl), {}) for s in sides}
     stages = {s: {} for s in sides}
     unroll = {}
@@ -179,7 +179,7 @@ def _all_loops(stmts):
 
 def _tile_locs(program, blocks) -> dict:
     locs = {}
-    vals = {v.name: v for v in _values(program).values()}
+    vals = {v.name: v for v in program_values(program).values()}
     for b in blocks:
         for t in b.tiles:
             v = vals.get(t.name.split("_")[0])

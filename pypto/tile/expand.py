@@ -26,8 +26,9 @@ import itertools
 
 import sympy
 
-from ..ir.block import BLOCK_IDX, BLOCK_NUM, Block, CoreType, For, GMParam, If, TileDecl, instr, walk_instrs
-from ..ir.tile_graph import TileGraph, TileOp, TileProgram, TileRange
+from ..errors import CompileError
+from ..ir.block import BLOCK_IDX, BLOCK_NUM, Block, CoreType, For, GMParam, If, TileDecl, walk_instrs
+from ..ir.tile_graph import TileGraph, TileOp, TileProgram, TileRange, walk_tile_ops
 from ..passes.cross_core import HandoffAccess, HandoffBuffer
 from ..passes.to_blocks import Copy, _linear_indices, lower_op
 from .exprs import smax, subs as fast_subs
@@ -72,7 +73,8 @@ class _TileCopy(Copy):
             return self.define(name)
         n = self.scope.lookup(name)
         if n is None:
-            raise KeyError(f"internal: tile {name} used before this copy defines it")
+            raise CompileError(f"internal: tile {name} used before this copy of the program defines it",
+                               loc=self.ex.p.loc)
         return n
 
     def define(self, name):
@@ -107,26 +109,11 @@ class _Expander:
         self.gm = {q.name: GMParam(q.name, q.dtype, tuple(q.shape)) for q in p.params if q.mode != "workspace"}
         self.workspaces = {q.name: q for q in p.params if q.mode == "workspace"}
         self.uses = itertools.count()
-        self.fresh: set = set()            # id of the ops that define their destination tile
-        self.states: set = set()
-        self._first_writes(p.ops, set())
-        self._drop_state_writers(p.ops)
-
-    def _drop_state_writers(self, ops):
-        for op in ops:
-            if isinstance(op, TileRange):
-                self._drop_state_writers(op.body)
-            elif op.operands and isinstance(op.operands[0], str) and op.operands[0] in self.states:
-                self.fresh -= {id(op)} | {id(alt) for alt in op.otherwise}
-
-    def _first_writes(self, ops, seen):
-        """The ops that define their destination: its first writer, unless it is a loop's state (then
-        every writer writes the copy's state in place)."""
-        for op in ops:
-            if isinstance(op, TileRange):
-                self.states |= set(op.attrs.get("states", ()))
-                self._first_writes(op.body, seen)
-                continue
+        # the ops that define their destination tile: its first writer, unless the tile is a loop's state
+        # (declared per copy of the loop's list; every writer writes the copy's state in place)
+        states = {st for r in _ranges(p.ops) for st in r.attrs.get("states", ())}
+        self.fresh, seen = set(), set(states)
+        for op in walk_tile_ops(p.ops):
             dst = op.operands[0] if op.operands and isinstance(op.operands[0], str) else None
             if dst is not None and dst not in seen:
                 seen.add(dst)
@@ -152,7 +139,8 @@ class _Expander:
         setup = [op for op in p.ops if not isinstance(op, TileRange) and op.phase == "setup"]
         body = [op for op in p.ops if isinstance(op, TileRange) or op.phase != "setup"]
         stmts = self.emit(setup, root, {})
-        loop_body = self.emit(body, A, _linear_indices(axes, T)) + self.emit(body, B, _linear_indices(axes, T + BLOCK_NUM))
+        loop_body = (self.emit(body, A, _linear_indices(axes, T))
+                     + self.emit(body, B, _linear_indices(axes, T + BLOCK_NUM)))
         loop = For(T, BLOCK_IDX, total - BLOCK_NUM, 2 * BLOCK_NUM, loop_body, {"pipeline": 2}, p.loc)
         te = BLOCK_IDX + 2 * BLOCK_NUM * smax(0, sympy.ceiling((total - BLOCK_NUM - BLOCK_IDX) / (2 * BLOCK_NUM)))
         stmts = stmts + [loop] + _when(sympy.Lt(te, total), self.emit(body, E, _linear_indices(axes, te)))
@@ -264,6 +252,13 @@ class _Expander:
         return prologue + [loop] + epi
 
 
+def _ranges(ops):
+    for op in ops:
+        if isinstance(op, TileRange):
+            yield op
+            yield from _ranges(op.body)
+
+
 def _when(cond, stmts: list) -> list:
     """``stmts`` under ``if cond`` (dropped / unconditional when sympy decides the condition)."""
     if cond is sympy.true or cond == True:     # noqa: E712
@@ -279,4 +274,4 @@ def _peel_end(start, stop, step: int, unroll: int, lead: int):
     return start + group * smax(0, sympy.ceiling((sympy.sympify(stop) - lead * step - start) / group))
 
 
-__all__ = ["lower_tile_graph", "instr"]
+__all__ = ["lower_tile_graph"]

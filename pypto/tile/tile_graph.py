@@ -81,7 +81,7 @@ class _SideGraph:
         self.items = side_items(program.body, side, pl)
         self.cluster = pl.kind == "cluster"
         self.split = pl.split_rows if side == VECTOR and self.cluster else None
-        self._values = _values(program)
+        self._values = program_values(program)
         self._uses = _use_counts(program)
         self._users = {}
         for o in _ops_in_order(program.body):
@@ -93,14 +93,10 @@ class _SideGraph:
     # ------------------------------------------------------------------ the program
     def build(self) -> TileProgram:
         once, items = self._grid_invariant(self.items)
-        self._phase = "setup"
-        ops = self.emit_items(once)
-        self.register_states(items)
-        seen_loop = False
-        for k, it in enumerate(items):
-            self._phase = "step" if it.kind == "loop" else ("post" if seen_loop else "pre")
-            ops += self.emit_items(items, only=k, register=False)
-            seen_loop |= it.kind == "loop"
+        ops = self.emit_items(once, phases=["setup"] * len(once))
+        first_loop = next((k for k, it in enumerate(items) if it.kind == "loop"), len(items))
+        ops += self.emit_items(items, phases=["step" if it.kind == "loop" else "pre" if k < first_loop else "post"
+                                              for k, it in enumerate(items)])
         p = self.program
         axes = [TileAxis(f"grid{k}", g, 1, "parallel", pid) for k, (g, pid) in enumerate(zip(p.grid_sizes, p.pids))]
         attrs = {"split_rows": self.pl.split_rows} if self.pl.split_rows else {}
@@ -267,13 +263,14 @@ class _SideGraph:
         return GMTile(ch.param, (off, 0))
 
     # ------------------------------------------------------------------ statements
-    def emit_items(self, items: list, register: bool = True, stage=None, only=None) -> list:
-        if register:
-            self.register_states(items)
+    def emit_items(self, items: list, stage=None, phases=None) -> list:
+        """The TileOps of a statement list; ``stage``: the skew stage of each item of a skewed loop's body,
+        ``phases``: the phase of each item of the kernel body (else the phase in work)."""
+        self.register_states(items)
         out = []
         for k, it in enumerate(items):
-            if only is not None and k != only:
-                continue
+            if phases is not None:
+                self._phase = phases[k]
             if it.kind == "op":
                 ops = self.emit_op(it.op)
             elif it.kind == "send":
@@ -391,8 +388,8 @@ class _SideGraph:
         outer, self._copy_after, phase, self._phase = self._copy_after, copy_after, self._phase, "step"
         body = self.emit_items(it.body, stage=stage)
         self._copy_after, self._phase = outer, phase
-        attrs = {"unroll": self.unroll.get(id(loop), 2), "skew": 0 if stage is None else self.unroll.get(id(loop), 2) - 1,
-                 "states": states}
+        copies = self.unroll.get(id(loop), 2)
+        attrs = {"unroll": copies, "skew": 0 if stage is None else copies - 1, "states": states}
         if stage is not None:
             d0 = set().union(*(b.defs for k, b in enumerate(it.body) if stage[k] == 0))
             used1 = set().union(*(b.uses for k, b in enumerate(it.body) if stage[k] == 1))
@@ -589,7 +586,8 @@ def _ops_in_order(stmts):
             yield s
 
 
-def _values(program) -> dict:
+def program_values(program) -> dict:
+    """id(value) -> value of every tile value of a traced program (op results, loop phis and results)."""
     out = {}
     for s in _ops_in_order(program.body):
         if s.out is not None:
@@ -611,4 +609,4 @@ def _use_counts(program) -> dict:
     return out
 
 
-__all__ = ["to_tile_graph", "SLOT", "acc_dtype"]
+__all__ = ["to_tile_graph", "program_values", "SLOT", "acc_dtype"]
