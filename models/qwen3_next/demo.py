@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 import pypto
+from pypto.runtime.progress import progress
 
 from .layer import Qwen3NextGatedDeltaNet
 from .reference import GDNCache, Qwen3NextGDNConfig, gated_deltanet_layer_ref, make_random_weights
@@ -59,17 +60,20 @@ def main(argv=None) -> int:
     steps = [("prefill", slice(0, args.seq_len))] + [
         (f"decode {i + 1}", slice(args.seq_len + i, args.seq_len + i + 1)) for i in range(args.decode_steps)]
     all_ok = True
-    for name, s in steps:
-        t0 = time.perf_counter()
-        y = layer(x[:, s], cache)
-        wall = time.perf_counter() - t0
-        y_ref = gated_deltanet_layer_ref(x[:, s], weights, cfg, cache=cache_ref)
-        err, state_err = rel_err(y, y_ref), rel_err(cache.recurrent_state, cache_ref.recurrent_state)
-        ok = err <= TOL[dtype] and state_err <= TOL[dtype]
-        all_ok &= ok
-        table.add_row(name, str(s.stop - s.start), "chunked" if name == "prefill" else "recurrent",
-                      f"{err:.2e}", f"{state_err:.2e}", f"{TOL[dtype]:.0e}", f"{wall:.2f}",
-                      "[green]yes[/green]" if ok else "[red]NO[/red]")
+    with progress(total=len(steps), desc="GDN layer (compile + run)", unit="step") as bar:
+        for name, s in steps:
+            bar.set_postfix_str(name)
+            t0 = time.perf_counter()
+            y = layer(x[:, s], cache)
+            wall = time.perf_counter() - t0
+            bar.update(1)
+            y_ref = gated_deltanet_layer_ref(x[:, s], weights, cfg, cache=cache_ref)
+            err, state_err = rel_err(y, y_ref), rel_err(cache.recurrent_state, cache_ref.recurrent_state)
+            ok = err <= TOL[dtype] and state_err <= TOL[dtype]
+            all_ok &= ok
+            table.add_row(name, str(s.stop - s.start), "chunked" if name == "prefill" else "recurrent",
+                          f"{err:.2e}", f"{state_err:.2e}", f"{TOL[dtype]:.0e}", f"{wall:.2f}",
+                          "[green]yes[/green]" if ok else "[red]NO[/red]")
     console.print(table)
     report = pypto.last_report()
     if report is not None:

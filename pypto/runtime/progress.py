@@ -14,8 +14,6 @@ import os
 import sys
 from contextlib import contextmanager
 
-from tqdm import tqdm
-
 DEFAULT_DELAY_S = 2.0
 
 
@@ -27,11 +25,28 @@ def enabled() -> bool:
     return sys.stderr.isatty()
 
 
+class _Silent:
+    """What ``progress`` yields when bars are off: no tqdm at all (its first bar, even disabled, makes
+    a multiprocessing lock: ~7 ms of every process's first simulation)."""
+
+    def update(self, n=1):
+        pass
+
+    def set_postfix_str(self, s="", refresh=True):
+        pass
+
+    def close(self):
+        pass
+
+
 @contextmanager
 def progress(total=None, desc: str = "", unit: str = "it", delay: float = DEFAULT_DELAY_S):
     """A tqdm bar (or a silent stand-in with the same ``update``/``set_postfix_str`` methods)."""
-    bar = tqdm(total=total, desc=desc, unit=unit, delay=delay, disable=not enabled(), leave=False,
-               file=sys.stderr, dynamic_ncols=True)
+    if not enabled():
+        yield _Silent()
+        return
+    from tqdm import tqdm
+    bar = tqdm(total=total, desc=desc, unit=unit, delay=delay, leave=False, file=sys.stderr, dynamic_ncols=True)
     try:
         yield bar
     finally:

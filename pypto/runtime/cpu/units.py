@@ -28,7 +28,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from ...errors import CompileError
@@ -60,16 +60,16 @@ def build_units(units: dict, flags=None, distrust: Path | None = None) -> compil
     each at its optimisation level (``opt_flags``)."""
     cxx = compiler.compiler()
     flags = compiler.flags_for(cxx, flags)
-    plan = {RUNTIME_UNIT: (RUNTIME_TEXT, opt_flags(flags, has_cube=False))}
+    plan = {RUNTIME_UNIT: (RUNTIME_TEXT, opt_flags(flags, has_cube=False), 0)}
     levels: dict[tuple, dict[str, str]] = {}
     for rel, unit in units.items():
         levels.setdefault(opt_flags(flags, unit.has_cube), {})[rel] = unit.text
     total = sum(len(u.text) for u in units.values()) or 1
     for i, (level, texts) in enumerate(sorted(levels.items())):
         share = -(-jobs() * sum(map(len, texts.values())) // total)
-        for rel, text in groups(texts, share).items():
-            plan[rel.replace("group", f"group{i}_")] = (text, level)
-    key = compiler.build_key({rel: " ".join(f) + "\n" + text for rel, (text, f) in plan.items()},
+        for rel, (text, count) in groups(texts, share).items():
+            plan[rel.replace("group", f"group{i}_")] = (text, level, count)
+    key = compiler.build_key({rel: " ".join(f) + "\n" + text for rel, (text, f, _) in plan.items()},
                              flags + ("-include", UNIT_HEADER))
     return compiler.cached_build(key, lambda work: _build(cxx, flags, plan, key, work), distrust)
 
@@ -83,9 +83,9 @@ def opt_flags(flags: tuple, has_cube: bool) -> tuple:
     return tuple("-O2" if f == "-O3" else f for f in flags)
 
 
-def groups(units: dict[str, str], n: int) -> dict[str, str]:
+def groups(units: dict[str, str], n: int) -> dict[str, tuple[str, int]]:
     """``units`` joined into at most ``n`` translation units of about equal text (the largest first,
-    each to the smallest group so far): units/group<i>.cpp -> text. One unit a kernel would share more
+    each to the smallest group so far): units/group<i>.cpp -> (text, how many kernels it holds). One unit a kernel would share more
     objects between modules, but g++ spends about 1.7x the CPU time on kernels compiled apart
     (their common template code is generated once per unit)."""
     n = max(1, min(n, len(units)))
@@ -95,7 +95,8 @@ def groups(units: dict[str, str], n: int) -> dict[str, str]:
         i = sizes.index(min(sizes))
         bins[i].append(rel)
         sizes[i] += len(units[rel])
-    return {f"units/group{i}.cpp": "\n".join(units[rel] for rel in sorted(b)) for i, b in enumerate(bins) if b}
+    return {f"units/group{i}.cpp": ("\n".join(units[rel] for rel in sorted(b)), len(b))
+            for i, b in enumerate(bins) if b}
 
 
 def _digest(*parts: str) -> str:
@@ -187,8 +188,8 @@ class _Unit:
     """One translation unit of a build: its text and flags, the key of its object, and what compiling
     it said."""
 
-    def __init__(self, rel: str, text: str, flags: tuple, cxx, objects: Path):
-        self.rel, self.text, self.flags = rel, text, flags
+    def __init__(self, rel: str, text: str, flags: tuple, kernels: int, cxx, objects: Path):
+        self.rel, self.text, self.flags, self.kernels = rel, text, flags, kernels
         key = _digest(_identity(cxx, flags), text)
         self.object = objects / f"{key}.o"
         self.log_path = objects / f"{key}.log"
@@ -197,11 +198,11 @@ class _Unit:
         self.cmd: list[str] = []
 
 
-def _build(cxx, flags, plan: dict[str, tuple[str, tuple]], key: str, work: Path) -> tuple[str, float]:
+def _build(cxx, flags, plan: dict[str, tuple[str, tuple, int]], key: str, work: Path) -> tuple[str, float]:
     t0 = time.perf_counter()
     objects = compiler.cache_root() / "objects"
     objects.mkdir(exist_ok=True)
-    units = [_Unit(rel, text, unit_flags, cxx, objects) for rel, (text, unit_flags) in plan.items()]
+    units = [_Unit(rel, text, unit_flags, kernels, cxx, objects) for rel, (text, unit_flags, kernels) in plan.items()]
     for u in units:
         path = work / u.rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -247,7 +248,7 @@ def _compile_all(cxx, units: list[_Unit], work: Path) -> None:
     """Compile ``units`` on jobs() processes; each object is renamed into the cache when whole."""
     if not units:
         return
-    kernels = sum(1 for u in units if u.rel != RUNTIME_UNIT)
+    kernels = sum(u.kernels for u in units)
 
     def one(u: _Unit) -> _Unit:
         tmp = u.object.with_name(f".{u.object.name}.{os.getpid()}.{id(u)}")
@@ -261,13 +262,12 @@ def _compile_all(cxx, units: list[_Unit], work: Path) -> None:
         os.replace(tmp, u.object)
         return u
 
-    with progress(total=len(units), desc=f"building {kernels} kernel{'s' if kernels != 1 else ''}",
-                  unit="unit") as bar, ThreadPoolExecutor(max_workers=min(jobs(), len(units))) as pool:
+    with progress(total=kernels, desc=f"building {kernels} kernel{'s' if kernels != 1 else ''}",
+                  unit="kernel") as bar, ThreadPoolExecutor(max_workers=min(jobs(), len(units))) as pool:
         futures = [pool.submit(one, u) for u in sorted(units, key=lambda u: -len(u.text))]
         try:
-            for f in futures:
-                f.result()
-                bar.update(1)
+            for f in as_completed(futures):
+                bar.update(f.result().kernels)
         except BaseException:
             for f in futures:
                 f.cancel()

@@ -1,0 +1,185 @@
+"""The cpu build in units (runtime/cpu/units.py, issue 20 item 3): kernels joined into balanced
+translation units compiled in parallel and linked; objects cached by content, so a library rebuilt
+from kernels g++ already compiled only links; the precompiled header is made once and then used
+(a damaged one is a warning, not a silent slow path); the optimisation level follows the kernel;
+the build reports its progress in kernels. Every library built here is run against torch."""
+from __future__ import annotations
+
+import shutil
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import torch
+
+from pypto import dtypes
+from pypto.codegen import generate_module
+from pypto.errors import BackendUnavailableError
+from pypto.runtime import cpu
+from pypto.runtime.cpu import compiler, units
+from pypto.runtime.cpu.errors import BuildWarning
+from pypto.testing import kernels as ck
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+F32, F16 = dtypes.float32, dtypes.float16
+
+
+@pytest.fixture
+def counted(tmp_path, monkeypatch):
+    """An empty cache, a process that has loaded no kernel library, and a g++ that logs each run
+    (one line per run: 'compile' for -c, else 'link'; the precompiled header's -x c++-header runs
+    are 'pch')."""
+    log = tmp_path / "cxx.log"
+    wrapper = tmp_path / "g++-counted"
+    wrapper.write_text(f"""#!/bin/sh
+case " $* " in
+  *" --version "*) ;;
+  *" c++-header "*) echo pch >> {log} ;;
+  *" -c "*) echo compile >> {log} ;;
+  *) echo link >> {log} ;;
+esac
+exec {shutil.which('g++')} "$@"
+""")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PYPTO_CXX", str(wrapper))
+    monkeypatch.setenv("PYPTO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("PYPTO_CPU_OPT", raising=False)
+    _forget(monkeypatch)
+
+    def runs():
+        return log.read_text().split() if log.exists() else []
+    return runs
+
+
+def _forget(monkeypatch):
+    for table in ("_LOADED", "_BY_SOURCE", "_BY_OBJECT"):
+        monkeypatch.setattr(cpu, table, {})
+
+
+def _kernels():
+    return [ck.vector_add(F32), ck.softmax_rows(F32), ck.scale_rows()]
+
+
+def _check_all(kernels, cols=256):
+    """Each kernel of the library against torch."""
+    vadd, soft, scale = kernels
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(37, cols, generator=g), torch.randn(37, cols, generator=g)
+    z = torch.zeros_like(x)
+    cpu.run_kernel(vadd, {"x": x, "y": y, "z": z}, block_dim=3, threads=2)
+    torch.testing.assert_close(z, x + y, rtol=0, atol=0)
+    s = torch.zeros_like(x)
+    cpu.run_kernel(soft, {"x": x, "y": s}, block_dim=4, threads=2)
+    torch.testing.assert_close(s, torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
+    w = torch.zeros(20, cols)
+    xs = torch.randn(20, cols, generator=g)
+    cpu.run_kernel(scale, {"x": xs, "y": w}, {"r0": 4, "alpha": 2.0}, threads=1)
+    torch.testing.assert_close(w[4:12], 2 * xs[4:12], rtol=0, atol=0)
+
+
+def _wait_for_pch(timeout=120.0):
+    """The precompiled headers this cache's first build started making in the background."""
+    deadline = time.monotonic() + timeout
+    root = compiler.cache_root()
+    for folder in [f for f in units._WARMING if root in f.parents]:
+        while not (folder / "build.log").is_file():
+            assert time.monotonic() < deadline, f"no precompiled header in {folder}"
+            time.sleep(0.1)
+
+
+def test_groups_are_balanced_and_hold_every_unit_once():
+    texts = {f"units/k{i}.cpp": "x" * size for i, size in enumerate([900, 100, 500, 400, 300, 50, 50])}
+    for n in (1, 2, 3, 16):
+        got = units.groups(texts, n)
+        assert len(got) == min(n, len(texts))
+        assert sum(count for _, count in got.values()) == len(texts)
+        assert sorted(t for text, _ in got.values() for t in text.split("\n")) == sorted(texts.values())
+        sizes = [len(text) for text, _ in got.values()]
+        assert max(sizes) <= max(900, sum(map(len, texts.values())) / len(got) + 900)
+    assert units.groups(texts, 2) == units.groups(dict(reversed(texts.items())), 2)    # by content, not order
+
+
+def test_a_library_rebuilt_from_compiled_kernels_only_links(counted, monkeypatch):
+    seen = _record_progress(monkeypatch)
+    kernels = _kernels()
+    _, first = cpu.build(kernels)
+    assert not first.cached and first.kernels == 3
+    assert counted().count("compile") >= 2 and counted().count("link") == 1     # groups + runtime unit
+    assert seen == [{"total": 3, "desc": "building 3 kernels", "unit": "kernel", "done": 3}]
+    _check_all(kernels)
+    # a new library entry (as another module holding these kernels would make): every object is cached
+    shutil.rmtree(first.library.parent)
+    _forget(monkeypatch)
+    before = counted()
+    _, second = cpu.build(_kernels())
+    assert not second.cached and second.key == first.key
+    new = counted()[len(before):]
+    assert new.count("compile") == 0 and new.count("link") == 1, new
+    _check_all(_kernels())
+
+
+def _record_progress(monkeypatch) -> list:
+    """The bars units.py opens: their total, description, unit and the updates they got."""
+    seen = []
+
+    class Bar:
+        def update(self, n=1):
+            seen[-1]["done"] += n
+
+    @contextmanager
+    def fake_progress(total=None, desc="", unit="it"):
+        seen.append({"total": total, "desc": desc, "unit": unit, "done": 0})
+        yield Bar()
+
+    monkeypatch.setattr(units, "progress", fake_progress)
+    return seen
+
+
+def _check_scale(kernel, cols):
+    g = torch.Generator().manual_seed(cols)
+    x, y = torch.randn(20, cols, generator=g), torch.zeros(20, cols)
+    cpu.run_kernel(kernel, {"x": x, "y": y}, {"r0": 4, "alpha": 2.0}, threads=1)
+    torch.testing.assert_close(y[4:12], 2 * x[4:12], rtol=0, atol=0)
+
+
+def test_the_precompiled_header_is_made_once_then_used_and_a_damaged_one_warns(counted, monkeypatch):
+    cpu.build([ck.scale_rows(cols=256)])
+    _wait_for_pch()
+    assert counted().count("pch") == 1                       # a vector kernel: one level, one header
+    pch = next((Path(compiler.cache_root()) / "pch").glob("*/pypto/kernel_unit.hpp.gch"))
+    _forget(monkeypatch)
+    kernel = ck.scale_rows(cols=128)
+    _, result = cpu.build([kernel])
+    cmds = (result.library.parent / "build.cmd").read_text()
+    assert f"-I{pch.parent.parent}" in cmds and "-Winvalid-pch" in cmds
+    assert "warning" not in result.log.lower() and counted().count("pch") == 1
+    _check_scale(kernel, 128)
+    pch.write_bytes(b"not a precompiled header")
+    _forget(monkeypatch)
+    kernel = ck.scale_rows(cols=64)
+    with pytest.warns(BuildWarning, match="kernel_unit.hpp.gch"):
+        cpu.build([kernel])
+    _check_scale(kernel, 64)
+
+
+def test_optimisation_level_follows_the_kernel(monkeypatch):
+    monkeypatch.delenv("PYPTO_CPU_OPT", raising=False)
+    flags = compiler.cxx_flags()
+    assert "-O3" in units.opt_flags(flags, has_cube=True)
+    assert "-O2" in units.opt_flags(flags, has_cube=False) and "-O3" not in units.opt_flags(flags, has_cube=False)
+    module = generate_module([ck.matmul(F16), ck.vector_add(F32)])
+    assert sorted(u.has_cube for u in module.units.values()) == [False, True]
+    monkeypatch.setenv("PYPTO_CPU_OPT", "-O1")
+    assert "-O1" in compiler.cxx_flags() and units.opt_flags(compiler.cxx_flags(), has_cube=False) == \
+        compiler.cxx_flags()
+    monkeypatch.setenv("PYPTO_CPU_OPT", "-O9")
+    with pytest.raises(BackendUnavailableError, match="PYPTO_CPU_OPT"):
+        compiler.cxx_flags()
+
+
+def test_build_jobs(monkeypatch):
+    monkeypatch.setenv("PYPTO_BUILD_JOBS", "3")
+    assert units.jobs() == 3
+    monkeypatch.delenv("PYPTO_BUILD_JOBS")
+    assert units.jobs() >= 1
