@@ -10,16 +10,18 @@ the same dependency model, so the result cannot change; only false waits go away
 change: a task's GM param binds the view, whose offset moves with the loop variable (buffers.py).
 
 K per loop (every private workspace of one loop body gets the same K):
-    K = min(trip count, 1 + ceil(tasks of the body / S), floor(L2 budget / bytes of one copy))
+    K = min(iterations, 1 + ceil(tasks of the body / S), floor(L2 budget / bytes of one copy))
 where S is the largest, over the kinds of cores (AIC, AIV), of the sum over the body's tasks of that
 kind of min(1, block_dim / cores of the kind): the share of those cores one iteration occupies. An
 iteration's tasks run one after another, so tasks / S iterations in flight keep the busiest cores
 full; one more is being dispatched (the AICPU's dispatch cost). The copies of one loop's
 workspaces take at most a quarter of L2 (copies that do not stay in L2 cost HBM traffic instead of
 waits). Sizes, trip counts and block_dims may be symbolic: K is then an expression the runtime
-evaluates with the run's sizes. K = 1 leaves the buffer alone, and so does a loop whose every task
+evaluates with the run's sizes. K = 1 leaves the buffer alone, and so do loops whose every task
 waits for the previous iteration through a running state (``_a_chain``: the GDN state recurrence),
-where copies would only take L2 from other data.
+where copies would only take L2 from other data — unless an enclosing loop's iterations are
+independent (the chunk recurrence of one head inside a loop over heads): the iteration number
+counts over the nested loops, so copies let the heads overlap.
 """
 from __future__ import annotations
 
@@ -42,13 +44,14 @@ def multibuffer_workspaces(eg: ExecutionGraph, machine) -> ExecutionGraph:
             private.setdefault(b.private_to[-1], []).append(b)
     for var, bufs in private.items():
         loop, outer = loops[var]
-        if _a_chain(eg, loop):
+        numbered = _iteration_number(outer + [loop])
+        if numbered is None:
             continue
-        copies = _copies(eg, loop, bufs, machine, loops)
+        slot, counted = numbered
+        if all(_a_chain(eg, lp) for lp in counted):
+            continue
+        copies = _copies(eg, loop, counted, bufs, machine, loops)
         if copies is None:
-            continue
-        slot = _iteration_number(outer + [loop])
-        if slot is None:
             continue
         slot = sympy.Mod(slot, copies)
         for b in bufs:
@@ -125,24 +128,28 @@ def _trip(loop):
 
 
 def _iteration_number(chain):
-    """The number of the current iteration in program order over the nested loops ``chain``
-    (outermost first), counted from the innermost loop out as far as each step is a positive integer
-    and each inner trip count does not depend on an outer loop variable; None when the innermost
-    loop's step is not a positive integer."""
+    """(the number of the current iteration in program order over the nested loops ``chain``
+    (outermost first), the loops it counts): counted from the innermost loop out as far as each
+    step is a positive integer and each inner trip count does not depend on an outer loop variable;
+    None when the innermost loop's step is not a positive integer."""
     n = sympy.Integer(0)
     weight = sympy.Integer(1)
     loop_vars = {lp.var for lp in chain}
-    for k, lp in enumerate(reversed(chain)):
+    counted = []
+    for lp in reversed(chain):
         step = sympy.sympify(lp.step)
         if not (step.is_Integer and step > 0):
-            return None if k == 0 else n
+            break
         idx = sympy.floor((lp.var - lp.start) / step) if step != 1 else lp.var - lp.start
         n = n + idx * weight
+        counted.insert(0, lp)
         trip = _trip(lp)
         if trip.free_symbols & loop_vars:
-            return sym.simplify(n)
+            break
         weight = weight * trip
-    return sym.simplify(n)
+    if not counted:
+        return None
+    return sym.simplify(n), counted
 
 
 def _tasks(items):
@@ -153,8 +160,9 @@ def _tasks(items):
             yield it
 
 
-def _copies(eg, loop, bufs, machine, loops):
+def _copies(eg, loop, counted, bufs, machine, loops):
     """K for the workspaces ``bufs`` of ``loop`` (an int or a size expression), or None for one copy.
+    ``counted``: the loops the iteration number counts (K is at most their iterations together);
     ``loops``: every loop of the program (a block_dim that depends on a loop variable, as a tail's
     does, counts as at the loop's first iteration)."""
     first = {var: lp.start for var, (lp, _) in loops.items()}
@@ -181,7 +189,8 @@ def _copies(eg, loop, bufs, machine, loops):
     in_flight = sympy.ceiling(tasks / sympy.Max(*share.values()))
     per_copy = sum((_nbytes(b) for b in bufs), sympy.Integer(0))
     budget = machine.memory.get("l2_bytes", 0) // L2_SHARE
-    k = sympy.sympify(sym.simplify(sympy.Min(_trip(loop), 1 + in_flight,
+    iterations = math.prod((_trip(lp) for lp in counted), start=sympy.Integer(1))
+    k = sympy.sympify(sym.simplify(sympy.Min(iterations, 1 + in_flight,
                                              sympy.floor(budget / sympy.Max(1, per_copy)))))
     if k.is_Integer:
         return int(k) if int(k) > 1 else None

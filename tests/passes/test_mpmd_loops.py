@@ -256,6 +256,44 @@ def test_a_running_state_loop_keeps_one_copy_and_its_result():
     assert_match(pypto.jit(running_state, backend="sim")(x, w), s, tol=(1e-5, 1e-5))
 
 
+def chains_per_head(x, w):
+    """A running state per head (the inner loop is a chain), the heads independent of each other."""
+    s = pypto.zeros(4 * 32, 64, dtype=x.dtype)
+    for h in pypto.loop(4):
+        for i in pypto.loop(3):
+            t = pypto.view(s, [32, 64], [h * 32, 0]) @ w
+            s[h * 32:(h + 1) * 32] = (t * 0.5).exp() + pypto.view(x, [32, 64], [(h * 3 + i) * 32, 0])
+    return s
+
+
+def test_chains_of_independent_heads_overlap(tmp_path):
+    """Copies numbered over both loops: the chunk chains of different heads run at the same time,
+    each head's chain stays in order, and the result is torch's."""
+    x, w, _, _ = _inputs(12 * 32, torch.float32)
+    graph, report = _timing_run(chains_per_head, (x, w), tmp_path / "t.json")
+    assert _copies(graph)
+    _, single = _timing_run(chains_per_head, (x, w), tmp_path / "one.json", multibuffer=False)
+    assert report.cycles < 0.8 * single.cycles
+    spans = {}
+    for e in json.load(open(tmp_path / "t.json"))["traceEvents"]:
+        m = re.match(r"\w+?_\d+\[\w+=(\d+), \w+=(\d+)\]", e.get("name", ""))
+        if e.get("ph") == "X" and e.get("tid") == 0 and e["pid"] != 0 and m:
+            key = (int(m.group(1)), int(m.group(2)))
+            t0, t1 = spans.get(key, (e["ts"], e["ts"] + e["dur"]))
+            spans[key] = (min(t0, e["ts"]), max(t1, e["ts"] + e["dur"]))
+    assert sorted(spans) == [(h, i) for h in range(4) for i in range(3)]
+    for h in range(4):
+        for i in range(1, 3):
+            assert spans[h, i][0] >= spans[h, i - 1][1] - EPS
+    assert any(spans[a][0] + EPS < spans[b][1] and spans[b][0] + EPS < spans[a][1]
+               for a in spans for b in spans if a[0] < b[0])
+    s = x[0:128].clone() * 0
+    for h in range(4):
+        for i in range(3):
+            s[h * 32:(h + 1) * 32] = (s[h * 32:(h + 1) * 32] @ w * 0.5).exp() + x[(h * 3 + i) * 32:(h * 3 + i + 1) * 32]
+    assert_match(pypto.jit(chains_per_head, backend="sim")(x, w), s, tol=(1e-5, 1e-5))
+
+
 def test_dynamic_trip_count_gets_a_run_time_number_of_copies():
     """With a DYNAMIC row count the number of copies is an expression of the size (at most the trip
     count), evaluated when the program runs: one block runs with one copy, many blocks with more."""
