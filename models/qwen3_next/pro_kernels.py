@@ -197,27 +197,27 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
         """g of the chunk as a zero-padded row (loaded by the caller), its in-chunk cumsum, G_last, G_i of
         the own rows, decay."""
         GR = g_row.with_valid(1, C)
-        pl.row_cumsum(G_row, GR)
-        pl.row_sum(gl, GR)
+        pl.cumsum(G_row, GR, dim=1)
+        pl.sum(gl, GR, dim=1)
         pl.col_expand(gx, G_row)
-        pl.select(t1, m_eye, gx, zero)
-        pl.row_sum(gc, t1)
+        pl.where(t1, m_eye, gx, zero)
+        pl.sum(gc, t1, dim=1)
         pl.row_expand_sub(t1, gx, gc)
-        pl.muls(t1, t1, -1.0)
-        pl.fill(dec, NEG)
-        pl.select(dec, m_causal, t1, dec)
+        pl.mul(t1, t1, -1.0)
+        pl.full(dec, NEG)
+        pl.where(dec, m_causal, t1, dec)
         pl.exp(dec, dec)
 
     def prepare(b, hv, kh, t0, c, cv, r0):
         """Stage the chunk's operands for the cube (own rows): kn, qn, Qg, K~, Rv, Rk. 16-bit inputs are
         all fetched first (their load latencies overlap), fp32 ones straight into the working tiles."""
         # zero padding first, then every load: one vector -> MTE2 hand-over instead of one per load
-        pl.fill(bc, 0.0)
-        pl.fill(g_row, 0.0)
+        pl.full(bc, 0.0)
+        pl.full(g_row, 0.0)
         if cast_io:
-            pl.fill(XIN, 0.0)
-            pl.fill(KIN, 0.0)
-            pl.fill(VIN, 0.0)
+            pl.full(XIN, 0.0)
+            pl.full(KIN, 0.0)
+            pl.full(VIN, 0.0)
         pl.load(g_row, gT, [b, hv, t0], valid_shape=[1, c])
         if c > r0:
             pl.load(bc, beta, [b, t0 + r0, hv], valid_shape=[cv, 1])
@@ -231,7 +231,7 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
         pl.sub(eglg, glc.with_valid(HALF, 1), gc)
         pl.exp(eglg, eglg)
         pl.mul(nbeg, bc.with_valid(HALF, 1), eg)
-        pl.muls(nbeg, nbeg, -1.0)
+        pl.mul(nbeg, nbeg, -1.0)
         p = ws_prep.next()
         # queries: qn = scale * q / |q|, Qg = e^G qn
         if cast_io:
@@ -240,7 +240,7 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
             fetch_rows(FQ, q, b, t0 + r0, kh * K, c > r0, cv, K)
         if l2norm:
             normalize(FQ, FT, rq)
-        pl.muls(FQ, FQ, scale)
+        pl.mul(FQ, FQ, scale)
         store_rows(p, C + r0, FQ, xd_g, cast_io)
         pl.row_expand_mul(FQ, FQ, eg)
         store_rows(p, 2 * C + r0, FQ, xd_g, cast_io)
@@ -299,15 +299,15 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
         store_cc(ws_attn.next(), 0, r0, gq, cinv, cast_io)
         pl.mul(aa, aa, dec)
         pl.row_expand_mul(aa, aa, bc.with_valid(HALF, 1))
-        pl.select(aa, m_strict, aa, zero)
-        pl.muls(na, aa, -1.0)
+        pl.where(aa, m_strict, aa, zero)
+        pl.mul(na, aa, -1.0)
         e = ws_e.next()
-        pl.select(t1, m_merge[0], na, zero)
-        pl.fill(aa, 1.0)
-        pl.select(t1, m_eye, aa, t1)
+        pl.where(t1, m_merge[0], na, zero)
+        pl.full(aa, 1.0)
+        pl.where(t1, m_eye, aa, t1)
         store_cc(e, 0, r0, t1, cinv2, cast_io)
         for lvl in range(1, NL):
-            pl.select(t1, m_merge[lvl], na, zero)
+            pl.where(t1, m_merge[lvl], na, zero)
             if lvl % 2 == 1:
                 store_cc(e, lvl * C, r0, t1, cinv, cast_io)
             else:
@@ -369,7 +369,7 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
         pl.load(m_eye, masks, [2 * C + r0, 0])
         for lvl in range(NL):
             pl.load(m_merge[lvl], masks, [(3 + lvl) * C + r0, 0])
-        pl.fill(zero, 0.0)
+        pl.full(zero, 0.0)
         for task in pl.range(pl.get_block_idx(), B * HV, pl.get_block_num()):
             b = task // HV
             hv = task % HV
@@ -389,9 +389,9 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
                 prepare(b, hv, kh, start + j * C, cj, pl.max(1, pl.min(HALF, cj - r0)), r0)
                 pieces(r0)
                 # S <- e^{G_last} S + K~^T D  (G_last again from g: the staging above replaced it)
-                pl.fill(g_row3, 0.0)
+                pl.full(g_row3, 0.0)
                 pl.load(g_row3, gT, [b, hv, t0], valid_shape=[1, c])
-                pl.row_sum(gl3, g_row3.with_valid(1, C))
+                pl.sum(gl3, g_row3.with_valid(1, C), dim=1)
                 pl.load(kd, ws_kd.next(), [0, c0])
                 pl.col_expand(egl.with_valid(K, 1), gl3)
                 pl.exp(egl.with_valid(K, 1), egl.with_valid(K, 1))
@@ -403,7 +403,7 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
 
 def fetch_rows(dst, src, b, t, col, present, rows, width):
     """dst (full view) = rows [t, t + rows) of src's columns [col, col + width), zero past them."""
-    pl.fill(dst, 0.0)
+    pl.full(dst, 0.0)
     if present:
         pl.load(dst, src, [b, t, col], valid_shape=[rows, width])
 
@@ -411,8 +411,8 @@ def fetch_rows(dst, src, b, t, col, present, rows, width):
 def normalize(x, tmp, r):
     """x <- x / sqrt(sum(x^2) + eps) per row."""
     pl.mul(tmp, x, x)
-    pl.row_sum(r, tmp)
-    pl.adds(r, r, L2NORM_EPS)
+    pl.sum(r, tmp, dim=1)
+    pl.add(r, r, L2NORM_EPS)
     pl.rsqrt(r, r)
     pl.row_expand_mul(x, x, r)
 
