@@ -166,27 +166,27 @@ def _copies(eg, loop, counted, bufs, machine, loops):
     ``loops``: every loop of the program (a block_dim that depends on a loop variable, as a tail's
     does, counts as at the loop's first iteration)."""
     first = {var: lp.start for var, (lp, _) in loops.items()}
-    tasks, share = 0, {}
+    tasks, used, cores = 0, {}, {"AIV": machine.num_aiv, "AIC": machine.num_aic}
     for task in _tasks(loop.body):
         kernel = eg.kernels.get(task.kernel)
         if kernel is None:
             continue
         kind = "AIV" if kernel.block(CoreType.AIC) is None else "AIC"
-        cores = machine.num_aiv if kind == "AIV" else machine.num_aic
         block_dim = sympy.sympify(task.block_dim)
         for _ in range(len(loops)):                   # a loop's start may name an outer loop's variable
             if not (block_dim.free_symbols & first.keys()):
                 break
             block_dim = block_dim.subs(first)
         if block_dim.free_symbols & first.keys():
-            block_dim = sympy.Integer(cores)
+            block_dim = sympy.Integer(cores[kind])
         tasks += 1
-        share[kind] = share.get(kind, 0) + sympy.Min(1, block_dim / cores)
+        used[kind] = used.get(kind, 0) + sympy.Min(cores[kind], sympy.Max(1, block_dim))
     if not tasks:
         return None
     # one iteration's tasks run one after another; the iterations in flight that keep the busiest
-    # kind of cores full: tasks / (that kind's share one iteration takes), plus one being dispatched
-    in_flight = sympy.ceiling(tasks / sympy.Max(*share.values()))
+    # kind of cores full: tasks / (the share of that kind one iteration takes: used / cores), plus
+    # one being dispatched (integer quotients only: K is evaluated by the runtime, int by int)
+    in_flight = sympy.Min(*[sympy.ceiling(tasks * cores[kind] / n) for kind, n in used.items()])
     per_copy = sum((_nbytes(b) for b in bufs), sympy.Integer(0))
     budget = machine.memory.get("l2_bytes", 0) // L2_SHARE
     iterations = math.prod((_trip(lp) for lp in counted), start=sympy.Integer(1))

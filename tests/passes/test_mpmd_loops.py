@@ -294,6 +294,37 @@ def test_chains_of_independent_heads_overlap(tmp_path):
     assert_match(pypto.jit(chains_per_head, backend="sim")(x, w), s, tol=(1e-5, 1e-5))
 
 
+def dynamic_chains_per_head(x, w):
+    """chains_per_head over a DYNAMIC number of rows per head: chunk tails, block_dims of the size."""
+    n = x.shape[0] // 4
+    s = pypto.zeros(4, 64, dtype=x.dtype)
+    for h in pypto.loop(4):
+        for i in pypto.loop(pypto.ceildiv(n, 32)):
+            rows = pypto.min(32, n - i * 32)
+            xb = pypto.view(x, [32, 64], [h * n + i * 32, 0], valid_shape=[rows, 64])
+            t = (xb @ (w * 0.5)).exp()               # w * 0.5: a task of a fixed block_dim
+            s[h:h + 1] = pypto.view(s, [1, 64], [h, 0]) * 0.5 + pypto.sum(t, 0, keepdim=True)
+    return s
+
+
+def test_run_time_copies_of_dynamic_nested_loops_are_whole_numbers():
+    """The number of copies and each copy's offset are integer expressions of the sizes (a float
+    offset broke the dependency grid); results against torch at two sizes, one with tails."""
+    fn = _with_annotations(dynamic_chains_per_head, [pypto.Tensor[[pypto.DYNAMIC, 64], pypto.float32],
+                                                     pypto.Tensor[[64, 64], pypto.float32]])
+    f = pypto.jit(fn, backend="sim")
+    for n in (70, 32):
+        x, w, _, _ = _inputs(4 * n, torch.float32, seed=n)
+        s = torch.zeros(4, 64)
+        for h in range(4):
+            for i in range(-(-n // 32)):
+                t = (x[h * n + i * 32:h * n + min(n, i * 32 + 32)] @ (w * 0.5)).exp()
+                s[h] = s[h] * 0.5 + t.sum(0)
+        assert_match(f(x, w), s, tol=(1e-5, 1e-5))
+    graph = lower(pypto.jit(fn, backend="reference").trace(*_inputs(4 * 70, torch.float32)[:2]))
+    assert _copies(graph)
+
+
 def test_dynamic_trip_count_gets_a_run_time_number_of_copies():
     """With a DYNAMIC row count the number of copies is an expression of the size (at most the trip
     count), evaluated when the program runs: one block runs with one copy, many blocks with more."""
