@@ -11,6 +11,10 @@ free cores, cores run them; time advances event by event (submissions, dispatche
   furthest behind in simulated time, interleaved with the scheduler's events in time order — so
   every core's GM transfers claim shared bandwidth in (nearly) time order.
 
+A run longer than a few seconds shows a progress bar of task instances finished (runtime/progress.py).
+Where a kernel launch's fixed costs belong: the first submission's time (``_run``: ``t`` before the loop)
+and the end of the run (``self.end``, returned by ``_run``).
+
 Policies choose among the block instances waiting for cores (one queue per kind of cores needed):
   ``fifo``      oldest first (one that cannot get its core type lets later ones pass);
   ``locality``  the one whose producers finished most recently first (its inputs are the likeliest
