@@ -7,13 +7,14 @@ roofline of the algorithm:
 GDN kernel the formula of bench_gdn.py). Rows: rms_norm [8192, 4096] fp16; the LLaMA MLP (rms_norm,
 gate/up 2048 -> 5632, silu * up, down, residual) at 4096 tokens fp16; SDPA [3, 4096, 128] fp16 and
 the same causal; the Tensor-level GDN chunk kernel (models.qwen3_next, impl="tensor") at T=1024,
-H16, HV32, K=V=128; and pypto.loop programs (issue 14 item 3: MPMD overlap) before and after their
+H16, HV32, K=V=128 (and its per-head layout, a loop over heads around each head's chunk recurrence,
+at T=256); and pypto.loop programs (issue 14 item 3: MPMD overlap) before and after their
 loop workspaces are multi-buffered (passes/multibuffer.py; "before" lowers with multibuffer=False):
   loop: softmax blocks   out[i] = softmax(x[i] @ w) over 16 row blocks of 128, fp16
   loop: temporary        t = exp(x[i] @ w); out[i] = t / sum(t)
   loop: chain + blocks   the blocks next to a running state s = s * a[i] + b[i] (loop-carried)
 
-    python benchmarks/bench_tensor.py                  # every row (the GDN row simulates ~1 min)
+    python benchmarks/bench_tensor.py                  # every row (the GDN rows simulate ~20 s)
     python benchmarks/bench_tensor.py --quick          # without the GDN and the 4096-token MLP rows
     python benchmarks/bench_tensor.py --machine a5 --json bench_results/tensor.json
 
@@ -133,19 +134,20 @@ def run_program(fn, args, machine, multibuffer=True):
     return report, time.process_time() - cpu0
 
 
-def gdn_row(machine_name):
-    """The Tensor-level GDN chunk kernel at T=1024, through models.qwen3_next as bench_gdn.py runs it."""
+def gdn_row(machine_name, T=1024, per_head=False):
+    """The Tensor-level GDN chunk kernel, through models.qwen3_next as bench_gdn.py runs it; per_head:
+    the layout with a loop over heads around each head's chunk recurrence (the cpu backend's)."""
     from bench_gdn import gdn_inputs, roofline
-    from models.qwen3_next.functional import chunk_gated_delta_rule, kernel_function
+    from models.qwen3_next.functional import chunk_gated_delta_rule
     machine = pypto.load_machine(machine_name)
-    q, k, v, g, beta = gdn_inputs(1, 1024, 16, 32, 128, 128, torch.bfloat16, random=False)
+    q, k, v, g, beta = gdn_inputs(1, T, 16, 32, 128, 128, torch.bfloat16, random=False)
     options = {"timing_only": True, "machine": machine_name}
     cpu0 = time.process_time()
     chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True, use_qk_l2norm_in_kernel=True, chunk_size=64,
-                           backend="sim", jit_options=options, impl="tensor")
+                           backend="sim", jit_options=options, impl="tensor", per_head=per_head)
     cpu = time.process_time() - cpu0
-    report = kernel_function("chunk", "sim", **options).last_report
-    _, _, bound_us, by = roofline(1024, 16, 32, 128, 128, 64, machine)
+    report = pypto.last_report()
+    _, _, bound_us, by = roofline(T, 16, 32, 128, 128, 64, machine)
     return report, cpu, bound_us, by
 
 
@@ -166,11 +168,12 @@ def main():
                      "fraction": bound / rep.time_us, "cycles": rep.cycles, "tasks": rep.tasks,
                      "utilization": {k: v["core"] for k, v in rep.utilization.items()}, "sim_cpu_s": cpu})
     if not args.quick:
-        rep, cpu, bound, by = gdn_row(args.machine)
-        rows.append({"program": "GDN chunk kernel (tensor) T=1024 H16 HV32 K=V=128", "sim_us": rep.time_us,
-                     "roofline_us": bound, "bound_by": by, "fraction": bound / rep.time_us, "cycles": rep.cycles,
-                     "tasks": rep.tasks, "utilization": {k: v["core"] for k, v in rep.utilization.items()},
-                     "sim_cpu_s": cpu})
+        for T, per_head in ((1024, False), (256, True)):
+            rep, cpu, bound, by = gdn_row(args.machine, T, per_head)
+            name = f"GDN chunk kernel (tensor{', per head' if per_head else ''}) T={T} H16 HV32 K=V=128"
+            rows.append({"program": name, "sim_us": rep.time_us, "roofline_us": bound, "bound_by": by,
+                         "fraction": bound / rep.time_us, "cycles": rep.cycles, "tasks": rep.tasks,
+                         "utilization": {k: v["core"] for k, v in rep.utilization.items()}, "sim_cpu_s": cpu})
 
     table = Table(title=f"Tensor-level programs, timing-only sim on {args.machine}: fraction of the roofline")
     for col in ("program", "simulated us", "roofline us", "bound by", "fraction", "tasks", "AIC busy",
