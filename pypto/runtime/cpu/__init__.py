@@ -75,7 +75,8 @@ class KernelSet:
 
 def build(kernels, machine=None, checked: bool | None = None) -> tuple[KernelSet, compiler.BuildResult | None]:
     """Generate the kernels' sources and find each compiled in an already loaded library; compile
-    the others into one (cached on disk by content; one unit per kernel, units.py). ``kernels``: a list or a dict name -> Kernel.
+    the others into one (units.py: parallel translation units, cached on disk by content).
+    ``kernels``: a list or a dict name -> Kernel.
     checked: build with the whole GM bounds rule compiled in (default: PYPTO_CPU_CHECK; gm_check.py).
     Returns the kernel set and the build result (None when everything was already loaded)."""
     spec = _machine(machine)

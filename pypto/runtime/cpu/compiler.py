@@ -1,4 +1,6 @@
-"""g++ build of generated kernels into a shared library, cached by content hash.
+"""g++ build of generated kernels into a shared library, cached by content hash: ``build`` compiles a
+set of files in one g++ run; ``cached_build`` is the cache entry logic that it and the unit build
+(units.py: kernels in parallel translation units, linked) share.
 
 The key covers the generated sources, pypto's CPU headers, the compiler command (PYPTO_CXX, flags
 allowed) and its version, the flags and the host CPU (the build is -march=native unless
@@ -50,7 +52,8 @@ if platform.machine() in ("x86_64", "AMD64"):
 
 def cxx_flags() -> tuple[str, ...]:
     """CXX_FLAGS with the target of PYPTO_CPU_MARCH (default: native, the host's widest vectors) and
-    the optimisation level of PYPTO_CPU_OPT (default -O3; e.g. -O1 builds about 2x faster)."""
+    the optimisation level of PYPTO_CPU_OPT (default -O3, which units.opt_flags lowers to -O2 for
+    kernels without a cube program; PYPTO_CPU_OPT=-O1 builds about 2x faster, runs vector code ~4x slower)."""
     march = os.environ.get("PYPTO_CPU_MARCH", "native")
     opt = os.environ.get("PYPTO_CPU_OPT", "").strip() or "-O3"
     if opt not in OPT_LEVELS:
