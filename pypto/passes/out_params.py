@@ -219,9 +219,9 @@ def _reads_box(g, via, old, box) -> bool:
 
 def _elementwise_from(g, members, src) -> bool:
     """Within one fused group, every op that depends on src is elementwise, a reduction or a size-1
-    reshape, none larger than src along any dim, reading no view of a src-derived value. A group's blocks split only the dims
-    no reduction keeps whole, so each block then reads src exactly where it writes the result (a value
-    larger than src would be stored by one block while others still read src)."""
+    reshape, none larger than src along any dim, reading no view of a src-derived value. A group's
+    blocks split only the dims no reduction keeps whole, so each block then reads src exactly where it
+    writes the result (a value larger than src would be stored by one block while others still read src)."""
     desc = nx.descendants(g.nx, src)
     shape = tuple(g.info(src).shape)
     for m in members:
