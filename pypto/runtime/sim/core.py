@@ -355,7 +355,7 @@ class CoreRun:
             self.done[p] = t
         if self.check:
             vc = self.vc[p]
-            _join(vc, snap)
+            vc[:] = map(max, vc, snap)                  # the wait joins the set's clock
             vc[self.base + p] += 1
             self.last_wait[cop.key] = (vc[self.base + p], cop)
         return True
@@ -547,17 +547,10 @@ class CoreRun:
             # the latest clock of every actor in it (an actor's clock only grows): a list whose actors'
             # accesses this pipe's clock all covers holds no conflict, and is not walked
             for k in ((0, 1) if write else (0,)):
-                if not any(oactor != actor and vcp[oactor] < clk for oactor, clk in bucket[2 + k].items()):
-                    continue
-                owrite = k == 0
-                for obox, oactor, oclk, oop in bucket[k]:
-                    if oactor != actor and vcp[oactor] < oclk and \
-                            obox[0] < box[1] and box[0] < obox[1] and obox[2] < box[3] and box[2] < obox[3]:
-                        raise SimError(f"race on GM: {cop.where()} {'writes' if write else 'reads'} "
-                                       f"{cop.gm_param}[{box[0]}:{box[1]}, {box[2]}:{box[3]}], which {oop.where()} "
-                                       f"{'wrote' if owrite else 'read'} with no flag chain ordering them "
-                                       f"(a set_flag/wait_flag, or a cross-core flag between cube and vector)",
-                                       loc=cop.loc)
+                for oactor, oclk in bucket[2 + k].items():
+                    if oactor != actor and vcp[oactor] < oclk:
+                        self._gm_conflicts(cop, write, box, actor, vcp, bucket[k], k == 0)
+                        break
         if self.declared is not None:
             self._check_declared(cop, write, lead, box)
         clk = vcp[actor]
@@ -573,6 +566,19 @@ class CoreRun:
             else:
                 lst.append(entry)
             bucket[2 + k][actor] = clk
+
+    @staticmethod
+    def _gm_conflicts(cop, write, box, actor, vcp, records, owrite):
+        """Raise on the first of ``records`` (accesses of the same rows) that overlaps ``box`` with no flag
+        chain ordering it before this access."""
+        for obox, oactor, oclk, oop in records:
+            if oactor != actor and vcp[oactor] < oclk and \
+                    obox[0] < box[1] and box[0] < obox[1] and obox[2] < box[3] and box[2] < obox[3]:
+                raise SimError(f"race on GM: {cop.where()} {'writes' if write else 'reads'} "
+                               f"{cop.gm_param}[{box[0]}:{box[1]}, {box[2]}:{box[3]}], which {oop.where()} "
+                               f"{'wrote' if owrite else 'read'} with no flag chain ordering them "
+                               f"(a set_flag/wait_flag, or a cross-core flag between cube and vector)",
+                               loc=cop.loc)
 
     @staticmethod
     def _gm_box(cop, vals):
