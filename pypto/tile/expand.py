@@ -151,10 +151,12 @@ class _Expander:
 
     # ------------------------------------------------------------------ statement lists
     def emit(self, ops: list, scope: Scope, subs: dict, stage=None) -> list:
-        for r in ops:                                   # the loops' states: one per copy of this list
-            if isinstance(r, TileRange):
+        # the states of the loops this emission runs: one per copy of the list, valid shapes at its indices
+        # (a copy emitted once per stage registers each loop's states with the indices of that loop's stage)
+        for r in ops:
+            if isinstance(r, TileRange) and (stage is None or r.attrs.get("stage") == stage):
                 for st in r.attrs.get("states", ()):
-                    if scope.lookup(st) is None:
+                    if st not in scope.names:
                         n = f"{st}_{scope.suffix}" if scope.suffix else st
                         self.declare(n, st, subs)
                         scope.names[st] = n

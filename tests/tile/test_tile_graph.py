@@ -202,3 +202,38 @@ def test_an_accumulators_first_product_is_guarded_only_where_it_may_be_the_first
     assert second.op == "TMATMUL_ACC"
     (guarded,) = [s for s in peeled.then_body if isinstance(s, If)]
     assert [i.op for i in guarded.then_body] == ["TMATMUL"]
+
+
+@pt.kernel
+def _attention_with_an_inner_loop(Q, K, V, O, BM: int = 64, BN: int = 64):
+    d = Q.shape[2]
+    i, bh = pt.program_id(0), pt.program_id(1)
+    q = pt.load(Q[bh].tile((BM, d))[i, 0])
+    m, l, acc = pt.full((BM, 1), float("-inf")), pt.zeros((BM, 1)), pt.zeros((BM, d))
+    for j in pt.range(0, pt.cdiv(K.shape[1], BN)):
+        s = pt.matmul(q, pt.load(K[bh].tile((BN, d))[j, 0]), trans_b=True) * (d ** -0.5)
+        m_new = pt.maximum(m, pt.rowmax(s))
+        alpha, p0 = pt.exp(m - m_new), pt.exp(s - m_new)
+        p = p0 * 0.0
+        for _ in pt.range(0, 4):                       # carried in a loop inside the pipelined one
+            p = p + p0 * 0.25
+        l = l * alpha + pt.rowsum(p)
+        acc = acc * alpha + pt.matmul(p.to(V.dtype), pt.load(V[bh].tile((BN, d))[j, 0]))
+        m = m_new
+    pt.store(O[bh].tile((BM, d))[i, 0], (acc / l).to(O.dtype))
+
+
+def test_a_loop_inside_a_software_pipelined_loop_has_its_state_per_copy_and_stage():
+    """The inner loop's carried tile has the key tile's valid columns (the last key tile is a tail): every
+    copy of the pipelined loop's body that runs the inner loop — the prologue, the loop, the peeled
+    iterations — declares its own state at its own iteration (the copies outside the loop used to reuse
+    the loop's state, whose valid shape is that of the loop variable: the simulator failed on it and
+    codegen refused it)."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 200, 64, dtype=torch.float16) for _ in range(3))
+    o = torch.empty_like(q)
+    kernel = pt.kernel(_attention_with_an_inner_loop.fn, backend="sim")[(4, 2)]
+    assert kernel.compile(q, k, v, o).skewed
+    kernel(q, k, v, o)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float())
+    torch.testing.assert_close(o.float(), ref, rtol=2e-2, atol=2e-2)
