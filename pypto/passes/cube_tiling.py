@@ -19,7 +19,7 @@ from .. import dtypes, symbolic as sym
 from ..ir.isa import MemSpace
 from ..ir.tensor_graph import TensorGraph, ValueInfo
 from ..ir.tile_graph import GMTile, TileAxis, TileOp, TileParam, TileProgram, TileValue
-from . import storage as st
+from . import static_masks, storage as st
 from .iterspace import is_one as _is_one
 from .tile_choice import cube_tiles
 from .vector_tiling import NeedsCopy
@@ -66,12 +66,51 @@ def matmul_program(g, n, storage, out_acc, scope, name):
     mt, nt, kt, splits = cube_tiles(M, N, K, batch, a_info.dtype, spec, attrs.get("cube_tile"), node["loc"])
     if splits > 1:
         return _split_k(g, n, storage, out_acc, scope, name, splits, (mt, nt, kt))
+    window = _k_window(g, a_src, M, K, mt, kt) if not a_trans else None
+    window = _skip_ignored(g, n, M, N, K, mt, nt) or window
     return _build(name, a_acc, b_acc, (ta, a_row, a_col), (tb, b_row, b_col), a_info, b_info, out, out_acc,
-                  batch, M, N, K, (mt, nt, kt), acc_dt, 1, scope, node, out.dtype)
+                  batch, M, N, K, (mt, nt, kt), acc_dt, 1, scope, node, out.dtype, window)
+
+
+def _k_window(g, a_src, M, K, mt, kt):
+    """When A is zero outside a compile-time mask (static_masks), the K steps a row block of A can have
+    non-zero columns in: a function of the M tile index giving (first K, K length), whole K tiles, at least
+    one step (a block whose columns are all masked computes one tile of zeros). None: the whole K."""
+    mask = static_masks.zero_mask(g, a_src)
+    if mask is None or not mask.usable_for_ranges():
+        return None
+    last_tile = sym.ceildiv(K, kt) - 1
+
+    def window(m):
+        lo, hi = mask.col_range(m * mt, sympy.Min(M, (m + 1) * mt) - 1)
+        first = 0 if lo is None else sympy.Max(0, sympy.Min(sympy.floor(lo / kt), last_tile)) * kt
+        end = K if hi is None else sympy.Min(K, hi + 1)
+        return sym.simplify(first), sym.simplify(sympy.Max(first + 1, end) - first)
+    return window
+
+
+def _skip_ignored(g, n, M, N, K, mt, nt):
+    """When no result reads the elements of this matmul's output outside a compile-time mask
+    (static_masks.ignored_mask), an output tile holding none of the kept elements runs no K step: its L0C
+    tile is stored as it is, and the select after it puts the fill value there. A K window as _k_window's."""
+    mask = static_masks.ignored_mask(g, n)
+    if mask is None or not mask.usable_for_ranges():
+        return None
+
+    def window(m, n_index):
+        lo, hi = mask.col_range(m * mt, sympy.Min(M, (m + 1) * mt) - 1)
+        live = [sympy.Integer(1)]
+        if hi is not None:
+            live.append(sympy.Max(0, hi - n_index * nt + 1))
+        if lo is not None:
+            live.append(sympy.Max(0, sympy.Min(N, (n_index + 1) * nt) - lo))
+        return 0, sym.simplify(K * sympy.Min(*live))
+    window.per_output_tile = True
+    return window
 
 
 def _build(name, a_acc, b_acc, a_desc, b_desc, a_info, b_info, out, out_acc, batch, M, N, K, tiles, acc_dt,
-           splits, scope, node, store_dtype):
+           splits, scope, node, store_dtype, k_window=None):
     mt, nt, kt = tiles
     loc = node["loc"]
     axes = []
@@ -90,6 +129,10 @@ def _build(name, a_acc, b_acc, a_desc, b_desc, a_info, b_info, out, out_acc, bat
         k_len = sympy.Min(kc, K - s_axis.index * kc)
         k_axis = TileAxis("k", k_len, kt, "sequential")
         k0 = s_axis.index * kc
+    elif k_window is not None:
+        k0, k_len = (k_window(m_axis.index, n_axis.index) if getattr(k_window, "per_output_tile", False)
+                     else k_window(m_axis.index))
+        k_axis = TileAxis("k", k_len, kt, "sequential")
     else:
         k_len = K
         k_axis = TileAxis("k", K, kt, "sequential")
