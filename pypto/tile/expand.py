@@ -15,8 +15,8 @@ How the Tile level copies its program (the front end's transformation, applied t
 
 Tiles: a copy names a tile ``<name>_<copy path>`` (``t12_ab``: grid copy a, loop copy b); a tile is
 declared on its first write in a copy, with the copy's indices substituted in its valid shape. A loop's
-``states`` are one per copy of the enclosing list; ops writing a state, or a tile written before, write
-it in place. Tiles that stage 0 hands to stage 1 (``crossing``) are named after the copy that reads
+``states`` are declared in every copy of the list that runs the loop (at that copy's indices); ops
+writing a state, or a tile written before, write it in place. Tiles that stage 0 hands to stage 1 (``crossing``) are named after the copy that reads
 them. A handoff access gets its HandoffAccess here, one use per copy of the handoff; the workspace slot
 (symbol ``slot`` in its offsets) is the copy's.
 """
