@@ -207,10 +207,12 @@ class Block:
 @dataclass
 class Kernel:
     """One launch: the blocks that run together (at most one AIC block and one AIV block; the AIV
-    block runs on ``aiv_per_aic`` sub-blocks per cluster when both are present)."""
+    block runs on ``aiv_per_aic`` sub-blocks per cluster when both are present). ``attrs["decisions"]``:
+    what the compiler chose for it, recorded by the pass that chose it (runtime/report.py reads them)."""
     name: str
     blocks: list[Block]
     loc: SourceLoc | None = None
+    attrs: dict = field(default_factory=dict)
 
     def block(self, core: CoreType) -> Block | None:
         return next((b for b in self.blocks if b.core == core), None)

@@ -56,6 +56,7 @@ def multibuffer_workspaces(eg: ExecutionGraph, machine) -> ExecutionGraph:
         slot = sympy.Mod(slot, copies)
         for b in bufs:
             _split(eg, b, copies, slot)
+        _record(eg, loop, bufs, copies)
     return eg
 
 
@@ -199,6 +200,14 @@ def _copies(eg, loop, counted, bufs, machine, loops):
 
 def _nbytes(b: Buffer):
     return math.prod(b.shape, start=sympy.Integer(1)) * b.dtype.itemsize
+
+
+def _record(eg, loop, bufs, copies) -> None:
+    """The report's decisions: per kernel of the loop, its workspaces' copies."""
+    names = {b.name for b in bufs}
+    for t in _tasks(loop.body):
+        for buf in set(t.gm_args.values()) & names:
+            eg.kernels[t.kernel].attrs.setdefault("decisions", {}).setdefault("gm_copies", {})[buf] = copies
 
 
 def _split(eg, b: Buffer, copies, slot) -> None:

@@ -42,8 +42,8 @@ def _machine(machine) -> MachineSpec:
 
 def _memory(bg: BlockGraph, spec) -> BlockGraph:
     for name, k in bg.graph.kernels.items():
-        for b in k.blocks:
-            plan_memory(b, spec, bg.regions.get(name))
+        used = {str(b.core): plan_memory(b, spec, bg.regions.get(name)) for b in k.blocks}
+        k.attrs.setdefault("decisions", {})["memory"] = used        # the report's decisions
     return bg
 
 

@@ -314,7 +314,9 @@ class _Body:
                             break
                         except NeedsCopy as need:
                             self._copy_contiguous(need.src)
-                    self.items.extend(prog if isinstance(prog, list) else [prog])
+                    progs = prog if isinstance(prog, list) else [prog]
+                    _record_tile_source(g, [n], progs, "cube_tile")
+                    self.items.extend(progs)
                     self._extra_copies(n, acc)
                     continue
                 members = set(grp.nodes)
@@ -330,6 +332,7 @@ class _Body:
                         break
                     except NeedsCopy as need:
                         self._copy_contiguous(need.src)
+                _record_tile_source(g, grp.nodes, [prog], "vec_tile")
                 self.items.append(prog)
                 for n in stores:
                     self._extra_copies(n, stores[n])
@@ -544,6 +547,13 @@ class _Body:
         finally:
             self.scope.loop_stack.pop()
         self.items.append(TileLoop(attrs["var"], attrs["start"], attrs["stop"], attrs["step"], items, node["loc"]))
+
+
+def _record_tile_source(g, nodes, progs, hint_attr) -> None:
+    """The report's decisions: whether a hint (frontend/hints.py) or the chooser set the tiles."""
+    source = "hint" if any(g.node(n)["attrs"].get(hint_attr) for n in nodes) else "chooser"
+    for p in progs:
+        p.attrs["tile_source"] = source
 
 
 def _ub_fits(prog, machine) -> bool:

@@ -205,4 +205,9 @@ def lower_program(p: TileProgram, machine, core: CoreType = CoreType.AIV):
     body = emit_ops(by_phase["setup"], setup_copy) + loop
     gm = [GMParam(q.name, q.dtype, tuple(q.shape)) for q in p.params]
     block = Block(p.name, core, gm, [], list(tiles.values()), body, p.loc)
-    return Kernel(p.name, [block], p.loc), block_dim, regions
+    kernel = Kernel(p.name, [block], p.loc)
+    kernel.attrs["decisions"] = {
+        "kind": p.kind, "tile_source": p.attrs.get("tile_source", "chooser"),
+        "tile": {a.name: a.tile for a in p.axes}, "sizes": {a.name: a.size for a in p.axes},
+        "pipelining": 2 if (pingpong_outer or pingpong_inner) else 1, "block_dim": block_dim}
+    return kernel, block_dim, regions

@@ -11,6 +11,26 @@ once + outputs written once) over the HBM bandwidth. ``roofline_fraction`` = bou
 Achieved GB/s and GFLOP/s are the counted work over the simulated time (sim) or the host's wall time
 of the run (cpu).
 
+Decisions (``decisions``: kernel name -> dict, every backend; ``decisions_table()``): what the compiler
+chose for each kernel, read from ``Kernel.attrs["decisions"]`` where the passes record them (this
+module only reads): ``tile`` (axis -> tile size, of ``sizes``; passes/tiling.py, to_blocks.py) and
+``tile_source`` ("chooser" or "hint"), ``memory`` (core -> on-chip space -> bytes the memory plan
+uses; passes/pipeline.py), ``pipelining`` (2: ping-pong copies of its tiles; 1: single-buffered),
+``gm_copies`` (loop workspace -> copies; passes/multibuffer.py), ``block_dim`` (per task) and ``hint``
+(the call that changes the tile choice). Kernels built by hand or by the Tile / Professional front
+ends record no tile or pipelining decisions ("not recorded").
+
+sim adds what the kernel's launches did: ``cores`` (distinct cores used), ``span_cycles`` (first start
+to last end), ``pipe_busy`` (pipe -> busy cycles over the span and the cores that have the pipe) and
+``bound``, the first that applies:
+  "dispatch"  its blocks held their cores under DISPATCH_BOUND of the span (launches wait to start);
+  "hbm"       its GM reads over the span are a share of the HBM bandwidth (``hbm_share``) of at least
+              HBM_BOUND and above every pipe's (waiting for bandwidth is no pipe's busy time; stores
+              land in the write-back L2); reads above the HBM bandwidth were L2 hits: "l2", their
+              share of the L2 bandwidth (``l2_share``) compared the same way;
+  "latency"   no pipe busy LATENCY_BOUND of the span (each step waits on the one before);
+  else the busiest pipe: M "cube", V "vector", S "scalar", MTE2 / MTE3 / MTE1 / FIX by name.
+
 The table (``table()``, ``str()``) shows the rows the run measured: a figure that has no meaning on
 the backend (simulated cycles on cpu) is left out, never shown as '-'. ``str()`` is as wide as the
 terminal (rich decides; COLUMNS overrides), 100 columns when there is none (piped, a log file).
@@ -22,6 +42,11 @@ import shutil
 from dataclasses import asdict, dataclass, field
 
 PIPED_WIDTH = 100     # str(report) without a terminal
+HBM_BOUND = 0.7       # a kernel whose GM traffic reaches this fraction of the HBM bandwidth is HBM-bound
+DISPATCH_BOUND = 0.5  # ... whose blocks held their cores under this fraction of its span waits on dispatch
+LATENCY_BOUND = 0.25  # ... whose busiest pipe is busy under this fraction of the span waits on latencies
+_PIPE_BOUND = {"M": "cube", "V": "vector", "S": "scalar"}
+_AIC_ONLY = {"M", "MTE1", "FIX"}
 
 
 @dataclass
@@ -49,6 +74,7 @@ class Report:
     notes: list = field(default_factory=list)
     kernels: dict = field(default_factory=dict)   # cpu: kernel -> {"launches", "wall_s", "gm_bytes",
                                                   #   "cube_flops", "vector_ops", "instructions"}
+    decisions: dict = field(default_factory=dict)  # kernel -> what was chosen and why (module docstring)
 
     @property
     def instr_per_s(self) -> float | None:
@@ -131,11 +157,96 @@ class Report:
             t.add_row("note", str(n))
         return t
 
+    def decisions_table(self):
+        """A rich Table: per kernel, its tile shape, buffers, pipelining, cores, bound and the hint."""
+        from rich.markup import escape
+        from rich.table import Table
+        t = Table(title="kernel decisions", show_header=True)
+        simulated = self.cycles is not None
+        for col in ("kernel", "tile (source)", "on-chip bytes / GM copies", "pipelining", "cores",
+                    *(("bound (busiest pipes)",) if simulated else ()), "hint"):
+            t.add_column(col, overflow="fold")
+        for name, d in self.decisions.items():
+            tile = " x ".join(f"{a} {d['tile'][a]}/{d['sizes'][a]}" for a in d.get("tile", {}))
+            mem = "; ".join(f"{core} " + ", ".join(f"{sp} {b:,}" for sp, b in spaces.items())
+                            for core, spaces in d.get("memory", {}).items())
+            if d.get("gm_copies"):
+                mem += "; " + ", ".join(f"{w} x{c}" for w, c in d["gm_copies"].items())
+            cores = f"block_dim {d['block_dim']}" + (f", {d['cores']} used" if "cores" in d else "")
+            depth = {1: "single", 2: "ping-pong"}.get(d.get("pipelining"), "not recorded")
+            row = [name, f"{tile} ({d['tile_source']})" if tile else "not recorded", mem, depth, cores]
+            if simulated:
+                busy = ", ".join(f"{p} {f:.0%}" for p, f in list(d.get("pipe_busy", {}).items())[:3])
+                row.append(f"{d.get('bound', '-')} ({busy})")
+            t.add_row(*(escape(c) for c in row), escape(d.get("hint", "")))
+        return t
+
     def __str__(self) -> str:
         from rich.console import Console
         console = Console(record=True, file=_NullFile(), width=_width())
         console.print(self.table())
+        if self.decisions:
+            console.print(self.decisions_table())
         return console.export_text()
+
+
+def kernel_decisions(graph, spec, stats: dict | None = None, work: dict | None = None) -> dict:
+    """``Report.decisions`` of a run of ``graph`` (an ExecutionGraph) on ``spec``: the kernels' recorded
+    decisions, the block_dim of the tasks that launch them and, from a sim run, ``stats`` (kernel ->
+    sim/launch.KernelStats) and ``work`` (kernel -> host/work.Work) for cores, pipe busy and the bound."""
+    block_dims: dict = {}
+    for task in graph.tasks():
+        block_dims.setdefault(task.kernel, []).append(task.block_dim)
+    out = {}
+    for name, kernel in graph.kernels.items():
+        d = dict(kernel.attrs.get("decisions", {}))
+        d["memory"] = {core: {str(sp): int(b) for sp, b in spaces.items()}
+                       for core, spaces in d.get("memory", {}).items()}
+        dims = list(dict.fromkeys(str(b) for b in block_dims.get(name, [d.get("block_dim", 1)])))
+        d["block_dim"] = ", ".join(dims)
+        tile = d.get("tile", {})
+        if d.get("kind") == "matmul":
+            m, n, k = (tile.get(a, "?") for a in ("m", "n", "k"))
+            d["hint"] = f"pypto.set_cube_tile_shapes([{m}, {m}], [{k}, {k}], [{n}, {n}])"
+        elif d.get("kind") == "vector":
+            d["hint"] = "pypto.set_vec_tile_shapes(<a size per dim of its ops>)"
+        if stats and name in stats:
+            d.update(_sim_bound(stats[name], work.get(name) if work else None, spec))
+        out[name] = d
+    return out
+
+
+def _sim_bound(ks, work, spec) -> dict:
+    span = max(ks.end - ks.start, 1e-9)
+    n_aic = sum(1 for c in ks.cores if c.startswith("AIC"))
+    busy = {}
+    for p, cycles in ks.pipe_cycles().items():
+        n = n_aic if p in _AIC_ONLY else (len(ks.cores) - n_aic if p == "V" else len(ks.cores))
+        if cycles > 0 and n:
+            busy[p] = cycles / (span * n)
+    busy = dict(sorted(busy.items(), key=lambda kv: -kv[1]))
+    held = ks.held / (span * max(1, len(ks.cores)))
+    # GM reads over the span against the HBM bandwidth (waiting for bandwidth is no pipe's busy
+    # time; stores land in the write-back L2); reads above it were L2 hits, against the L2's bandwidth
+    traffic = {}
+    if work is not None:
+        per_cycle = work.load_bytes / span
+        hbm = per_cycle / spec.hbm_bytes_per_cycle
+        if hbm <= 1.0:
+            traffic["hbm"] = hbm
+        elif spec.memory.get("l2_bytes_per_s"):
+            traffic["l2"] = per_cycle * spec.clock_ghz * 1e9 / spec.memory["l2_bytes_per_s"]
+    top = max(busy, key=busy.get, default=None)
+    if top is None or held < DISPATCH_BOUND:
+        bound = "dispatch"
+    elif traffic and max(traffic.values()) >= max(HBM_BOUND, busy[top]):
+        bound = max(traffic, key=traffic.get)
+    elif busy[top] < LATENCY_BOUND:
+        bound = "latency"
+    else:
+        bound = _PIPE_BOUND.get(top, top)
+    return {"cores": len(ks.cores), "blocks": ks.blocks, "span_cycles": span, "held": held,
+            "pipe_busy": busy, **{f"{k}_share": v for k, v in traffic.items()}, "bound": bound}
 
 
 def _width() -> int | None:

@@ -25,7 +25,7 @@ from ...ir.execution import ExecutionGraph
 from ...machine import MachineSpec, get_machine, load_machine
 from ..host import GMBuffers, Geometry, abi_scalars, bind_sizes, expand, one_task_graph, written_bases
 from ..host.work import count_work, minimal_gm_bytes
-from ..report import Report, set_last_report
+from ..report import Report, kernel_decisions, set_last_report
 from . import compiler
 from .compiler import STATS, INCLUDE_DIR
 from .errors import BuildWarning, CpuKernelError, FlagWarning
@@ -259,7 +259,8 @@ def _report(graph, spec, plan, instances, launch_s, run_s) -> Report:
                   blocks=sum(i.block_dim for i in instances), wall_s=run_s, flops=cube + vec, cube_flops=cube,
                   vector_ops=vec, gm_bytes=sum(w.gm_bytes for w in total),
                   min_gm_bytes=minimal_gm_bytes(graph, plan.shapes),
-                  instructions=sum(w.instructions for w in total), kernels=kernels)
+                  instructions=sum(w.instructions for w in total), kernels=kernels,
+                  decisions=kernel_decisions(graph, spec))
 
 
 def _build_note(built) -> str:

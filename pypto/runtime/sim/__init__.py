@@ -30,9 +30,9 @@ from ...errors import SimError
 from ...ir.block import CoreType, Kernel
 from ...ir.execution import ExecutionGraph
 from ...machine import MachineSpec, get_machine, load_machine
-from ..report import Report, set_last_report
+from ..report import Report, kernel_decisions, set_last_report
 from ..host import GMBuffers, Geometry, bind_sizes, one_task_graph, written_bases
-from ..host.work import minimal_gm_bytes
+from ..host.work import count_work, minimal_gm_bytes
 from .control import expand
 from .engine import SimState
 from .launch import Launcher
@@ -104,6 +104,12 @@ def _run(graph, args, env, machine, timing_only, trace, policy, check, stitch):
         else:
             outputs[name] = args[name] if name in args else bufs.get(name, env)
     report = _report(graph, spec, state, shapes, cycles, len(instances), timing_only)
+    try:
+        work = count_work(instances, spec.cores.get("aiv_per_aic", 2))
+    except Exception as e:      # noqa: BLE001  the run is done and right: a counting gap is a note
+        work = None
+        report.notes.append(f"kernels' GM bytes not counted ({type(e).__name__}: {e}): no hbm / l2 bounds")
+    report.decisions = kernel_decisions(graph, spec, state.kernel_stats, work)
     gmem = state.gmem
     report.notes.append(f"L2 write-back: HBM moved {gmem.hbm_bytes / 1e6:.1f} MB, of which "
                         f"{gmem.writeback_bytes / 1e6:.1f} MB dirty evictions and "

@@ -38,6 +38,7 @@ class SimState:
         self.vec_cycles = 0.0
         self.vec_ops = 0.0
         self.blocks = 0
+        self.kernel_stats = {}         # kernel name -> launch.KernelStats
 
     def deadlock(self, runs):
         lines = [line for r in runs for line in r.blocked_report()]

@@ -7,6 +7,31 @@ from ...errors import SimError
 from ...ir.block import CoreType
 from .engine import Unit
 from .program import compile_block
+from .timing import NPIPES, PIPES
+
+
+class KernelStats:
+    """What one kernel's launches did on the simulated cores: per pipe busy cycles (summed over the
+    cores), the cycles its blocks held cores, the cores it used, and its span (first start, last end)."""
+    __slots__ = ("busy", "held", "cores", "blocks", "start", "end")
+
+    def __init__(self):
+        self.busy = [0.0] * NPIPES
+        self.held, self.blocks, self.cores = 0.0, 0, set()
+        self.start, self.end = float("inf"), 0.0
+
+    def add(self, unit, end: float) -> None:
+        for (core, _, _), before in zip(unit.parts, unit.busy0):
+            after = core.busy
+            for p in range(NPIPES):
+                self.busy[p] += after[p] - before[p]
+            self.held += end - unit.t0
+            self.cores.add(core.name)
+        self.blocks += 1
+        self.start, self.end = min(self.start, unit.t0), max(self.end, end)
+
+    def pipe_cycles(self) -> dict:
+        return {str(p): c for p, c in zip(PIPES, self.busy)}
 
 
 class _TaskInfo:
@@ -76,6 +101,7 @@ class Launcher:
                 names[p] = self.bufs.location(b, inst.loop_env)
         unit = Unit(st, parts, env, gm, names, start, k, inst.block_dim)
         unit.inst, unit.k, unit.cores = inst, k, cores
+        unit.busy0 = [list(core.busy) for core, _, _ in parts]     # this launch's pipe time, for its kernel
         if st.check and self.geo is not None and (inst.read_boxes is not None or inst.write_boxes is not None):
             for r in unit.runs:
                 r.declared = (inst, self.geo)
@@ -84,6 +110,10 @@ class Launcher:
     def end_block(self, unit, end: float):
         inst, st = unit.inst, self.state
         label = inst.label + (f" #{unit.k}" if inst.block_dim > 1 else "")
+        ks = st.kernel_stats.get(inst.task.kernel)
+        if ks is None:
+            ks = st.kernel_stats[inst.task.kernel] = KernelStats()
+        ks.add(unit, end)
         for core, cb, _ in unit.parts:
             core.last_task = inst.id
             core.task_busy += end - unit.t0
