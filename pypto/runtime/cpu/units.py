@@ -152,28 +152,28 @@ def _warm(cxx, flags, folder: Path) -> None:
 
 
 def _build_pch(cxx, flags, folder: Path) -> None:
+    """Make the .gch of ``folder`` (a failure leaves none: units then parse the headers themselves;
+    a cache folder removed meanwhile is no error either)."""
     gch = folder / f"{UNIT_HEADER}.gch"
-    gch.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder.parent / f"{folder.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    tmp = gch.with_name(f".{gch.name}.{os.getpid()}")
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return                                  # another process builds it
-        tmp = gch.with_name(f".{gch.name}.{os.getpid()}")
+        gch.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder.parent / f"{folder.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)      # else another process builds it
         cmd = [*cxx, *_compile_flags(flags), f"-I{INCLUDE_DIR}", "-x", "c++-header",
                str(INCLUDE_DIR / UNIT_HEADER), "-o", str(tmp)]
-        try:
-            proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, preexec_fn=_lower_priority)
-        except OSError:
-            return
+        proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, preexec_fn=_lower_priority)
         (folder / "build.cmd").write_text(shlex.join(cmd) + "\n")
-        if proc.returncode != 0 or not tmp.is_file():
-            tmp.unlink(missing_ok=True)             # units keep compiling their headers themselves
-            return
-        os.replace(tmp, gch)
-        _atomic_write(folder / "build.log", (proc.stdout + proc.stderr).encode())   # last: the .gch is whole
+        if proc.returncode == 0 and tmp.is_file():
+            os.replace(tmp, gch)
+            _atomic_write(folder / "build.log", (proc.stdout + proc.stderr).encode())   # last: the .gch is whole
+    except OSError:
+        pass
     finally:
+        tmp.unlink(missing_ok=True)
         os.close(fd)
 
 
@@ -196,6 +196,7 @@ class _Unit:
         self.cached = self.object.is_file() and self.log_path.is_file()
         self.log = self.log_path.read_text() if self.cached else ""
         self.cmd: list[str] = []
+        self.failed: int | None = None      # the compiler's exit status when it failed
 
 
 def _build(cxx, flags, plan: dict[str, tuple[str, tuple, int]], key: str, work: Path) -> tuple[str, float]:
@@ -253,11 +254,16 @@ def _compile_all(cxx, units: list[_Unit], work: Path) -> None:
     def one(u: _Unit) -> _Unit:
         tmp = u.object.with_name(f".{u.object.name}.{os.getpid()}.{id(u)}")
         cmd = [*u.cmd[:-1], str(tmp)]
-        proc = compiler.run_compiler(cxx, cmd, work)
+        try:
+            proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+        except OSError as e:
+            u.failed, u.log = -1, f"cannot run the compiler: {e}"
+            return u
         u.log = proc.stdout + proc.stderr
         if proc.returncode != 0 or not tmp.is_file():
             tmp.unlink(missing_ok=True)
-            raise compiler.compile_failed(cxx, proc.returncode, u.log, u.rel, work)
+            u.failed = proc.returncode          # raised by the caller's thread: the error names the user's line
+            return u
         _atomic_write(u.log_path, u.log.encode())
         os.replace(tmp, u.object)
         return u
@@ -267,7 +273,10 @@ def _compile_all(cxx, units: list[_Unit], work: Path) -> None:
         futures = [pool.submit(one, u) for u in sorted(units, key=lambda u: -len(u.text))]
         try:
             for f in as_completed(futures):
-                bar.update(f.result().kernels)
+                u = f.result()
+                if u.failed is not None:
+                    raise compiler.compile_failed(cxx, u.failed, u.log, u.rel, work)
+                bar.update(u.kernels)
         except BaseException:
             for f in futures:
                 f.cancel()
