@@ -10,6 +10,11 @@ sets of L1/L0A/L0B tiles), so the loads of step k+1 overlap the matmul of step k
 Split-K: when the M x N tiles are too few to occupy the cube cores and K is long, K is cut into S
 chunks run on different cores (a grid axis); each writes an fp32 partial [S, ..., M, N] and a small
 vector program sums the parts and converts to the output dtype.
+
+Masks known at compile time (static_masks.py): when A is zero outside an affine index mask (a causal
+softmax's P, tril/triu), each M tile's K loop runs over the key tiles its rows can keep only; when
+nothing reads this matmul's output outside such a mask (QK^T feeding the select), an output tile with
+no kept element runs no K step.
 """
 from __future__ import annotations
 
@@ -66,8 +71,10 @@ def matmul_program(g, n, storage, out_acc, scope, name):
     mt, nt, kt, splits = cube_tiles(M, N, K, batch, a_info.dtype, spec, attrs.get("cube_tile"), node["loc"])
     if splits > 1:
         return _split_k(g, n, storage, out_acc, scope, name, splits, (mt, nt, kt))
-    window = _k_window(g, a_src, M, K, mt, kt) if not a_trans else None
-    window = _skip_ignored(g, n, M, N, K, mt, nt) or window
+    window = None
+    if scope.static_masks:
+        window = _k_window(g, a_src, M, K, mt, kt) if not a_trans else None
+        window = _skip_ignored(g, n, M, N, K, mt, nt) or window
     return _build(name, a_acc, b_acc, (ta, a_row, a_col), (tb, b_row, b_col), a_info, b_info, out, out_acc,
                   batch, M, N, K, (mt, nt, kt), acc_dt, 1, scope, node, out.dtype, window)
 

@@ -83,9 +83,11 @@ def refuse_zero_size(g) -> None:
                                      "backend runs them)", loc=node["loc"])
 
 
-def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = True, multibuffer: bool = True):
+def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = True, multibuffer: bool = True,
+          static_masks: bool = True):
     """Lower a TensorGraph to an ExecutionGraph (kernels in Block IR, tasks, buffers, loops).
-    ``multibuffer=False`` keeps one copy of each loop workspace (passes/multibuffer.py), for comparisons."""
+    ``multibuffer=False`` keeps one copy of each loop workspace (passes/multibuffer.py), ``static_masks=False``
+    computes the tiles a compile-time mask discards (passes/static_masks.py), for comparisons."""
     refuse_zero_size(graph)
     spec = _machine(machine)
     pm = PassManager(graph.name, dump, verify)
@@ -97,7 +99,7 @@ def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = 
     g = pm.run("canonicalize", canonicalize, g, verifier=_verify_graph)
     g = pm.run("autocast", autocast, g, verifier=_verify_graph)
     check_hints(g, spec)                      # the ops the rewrites re-traced with their hints
-    tg = pm.run("tile", build_tile_graph, g, spec, fuse=fuse)
+    tg = pm.run("tile", build_tile_graph, g, spec, fuse=fuse, static_masks=static_masks)
     bg = pm.run("blocks", lower_blocks, tg, spec)
     bg = pm.run("memory", _memory, bg, spec)
     bg = pm.run("sync", _sync, bg, spec, verifier=_verify_blocks)

@@ -45,6 +45,7 @@ class _Scope:
         self.count = 0
         self.loop_vars: dict = {}         # index symbol of each loop being tiled -> (first, last) value
         self.loop_stack: list = []        # index symbols of the loops whose body is being tiled, outermost first
+        self.static_masks = True          # cube tiles skip what compile-time masks discard (static_masks.py)
 
     def unique(self, base: str) -> str:
         base = "".join(c if (c.isalnum() or c == "_") else "_" for c in base) or "t"
@@ -115,9 +116,10 @@ class _Scope:
         return self._views[key]
 
 
-def build_tile_graph(g, machine, *, fuse: bool = True) -> TileGraph:
+def build_tile_graph(g, machine, *, fuse: bool = True, static_masks: bool = True) -> TileGraph:
     buffers: dict = {}
     scope = _Scope(machine, buffers)
+    scope.static_masks = static_masks
     inputs = []
     for k, nid in enumerate(g.inputs):
         info = g.info(nid)
