@@ -204,6 +204,8 @@ def kernel_decisions(graph, spec, stats: dict | None = None, work: dict | None =
                        for core, spaces in d.get("memory", {}).items()}
         dims = list(dict.fromkeys(str(b) for b in block_dims.get(name, [d.get("block_dim", 1)])))
         d["block_dim"] = ", ".join(dims)
+        for key in ("tile", "sizes"):           # sizes may be symbolic: printed, so to_dict() stays JSON
+            d[key] = {a: v if isinstance(v, int) else str(v) for a, v in d.get(key, {}).items()}
         tile = d.get("tile", {})
         if d.get("kind") == "matmul":
             m, n, k = (tile.get(a, "?") for a in ("m", "n", "k"))
