@@ -188,3 +188,19 @@ def test_masked_tiles_are_not_computed_and_a_tensor_mask_keeps_the_full_work():
     w = _cube_flops(window, args)
     w_kept = 4 * B * D * sum(min(i + 4, S) - max(i - 36, 0) for i in range(L))
     assert w_kept <= w <= 0.55 * full
+
+
+def tril_dynamic(p: pypto.Tensor[[pypto.DYNAMIC, pypto.DYNAMIC], pypto.float32],
+                 v: pypto.Tensor[[pypto.DYNAMIC, 64], pypto.float32]):
+    return P.matmul(P.tril(p, 5), v)
+
+
+def test_dynamic_sizes_keep_the_window_exact():
+    """Sizes bound at run time: the K window is a symbolic expression of them; L < S skips key tiles."""
+    f = pypto.jit(tril_dynamic, backend="sim")
+    g = torch.Generator().manual_seed(3)
+    for L, S in ((100, 130), (300, 70)):
+        p, v = torch.randn(L, S, generator=g), torch.randn(S, 64, generator=g)
+        torch.testing.assert_close(f(p, v), torch.tril(p, 5) @ v, rtol=1e-5, atol=1e-4)
+        flops = pypto.last_report().cube_flops
+        assert (flops < 2 * L * S * 64) if S > L + 5 else (flops == 2 * L * S * 64)
