@@ -14,9 +14,12 @@ vector program sums the parts and converts to the output dtype.
 Masks known at compile time (static_masks.py): when A is zero outside an affine index mask (a causal
 softmax's P, tril/triu), each M tile's K loop runs over the key tiles its rows can keep only; when
 nothing reads this matmul's output outside such a mask (QK^T feeding the select), an output tile with
-no kept element runs no K step.
+no kept element runs no K step; the vector program making such an A (the softmax) computes and stores
+the columns the K window reads only (narrow_a_producer, called by tiling.py).
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import sympy
 
@@ -94,6 +97,56 @@ def _k_window(g, a_src, M, K, mt, kt):
         end = K if hi is None else sympy.Min(K, hi + 1)
         return sym.simplify(first), sym.simplify(sympy.Max(first + 1, end) - first)
     return window
+
+
+def a_columns_read(g, n, scope):
+    """(mt, end) when matmul ``n`` reads, in its M tile m, only A's columns below ``end(m)`` (its K window,
+    _k_window); None when it may read every column. The same tile choice as matmul_program."""
+    node = g.node(n)
+    attrs = node["attrs"]
+    if not scope.static_masks or attrs.get("a_trans"):
+        return None
+    a_src = node["inputs"][0]
+    a_info, out = g.info(a_src), g.info(n)
+    M, N, K = out.shape[-2], out.shape[-1], a_info.shape[-1]
+    mt, nt, kt, splits = cube_tiles(M, N, K, out.shape[:-2], a_info.dtype, scope.machine, attrs.get("cube_tile"),
+                                    node["loc"])
+    window = _k_window(g, a_src, M, K, mt, kt)
+    if splits > 1 or window is None or _skip_ignored(g, n, M, N, K, mt, nt) is not None:
+        return None
+
+    def end(m):
+        first, length = window(m)
+        return sym.simplify(first + length)
+    return mt, end
+
+
+def narrow_a_producer(g, stores, prog, scope):
+    """A vector program whose one stored value is only the A operand of a matmul with a K window, one whole
+    row per column tile: its row tiles compute and store the columns that matmul reads only (valid column
+    extents a function of the row tile index). The columns dropped are masked in every row of the tile, so
+    the row reductions over the kept ones are exact; the matmul never reads the ones left unwritten."""
+    if len(stores) != 1 or prog.kind != "vector":
+        return prog
+    (p,) = stores
+    users = g.users(p)
+    if len(users) != 1 or g.op(users[0]) != "matmul" or g.node(users[0])["inputs"][0] != p \
+            or p in g.output_nodes():
+        return prog
+    reads = a_columns_read(g, users[0], scope)
+    shape = g.info(p).shape
+    if reads is None or len(prog.axes) != len(shape):
+        return prog
+    mt, end = reads
+    rows, cols = prog.axes[-2], prog.axes[-1]
+    S = shape[-1]
+    if not (isinstance(S, int) and cols.size == S and cols.tile == S and sym.equal(rows.size, shape[-2])
+            and isinstance(rows.tile, int) and mt % rows.tile == 0):
+        return prog
+    valid_cols = end(sym.floordiv(rows.index, mt // rows.tile))
+    tiles = {k: (replace(t, valid=(t.valid[0], valid_cols)) if t.phase != "setup" and t.valid[-1] == S else t)
+             for k, t in prog.tiles.items()}
+    return replace(prog, tiles=tiles)
 
 
 def _skip_ignored(g, n, M, N, K, mt, nt):

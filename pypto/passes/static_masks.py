@@ -16,7 +16,8 @@ is NaN in torch, not 0. Anything else (a mask read from a tensor, a non-affine i
 the full computation stays.
 
 ``StaticMask.col_range(r0, r1)`` is the range of columns that may be kept by rows ``r0..r1`` (sympy, a
-superset when several constraints bound the same side): cube_tiling runs the K loop of ``P @ V`` over it only.
+superset when several constraints bound the same side): cube_tiling runs the K loop of ``P @ V`` over it only,
+and narrows the row tiles of the softmax making P to the columns that loop reads.
 """
 from __future__ import annotations
 

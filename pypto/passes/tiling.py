@@ -334,6 +334,8 @@ class _Body:
                         break
                     except NeedsCopy as need:
                         self._copy_contiguous(need.src)
+                from .cube_tiling import narrow_a_producer
+                prog = narrow_a_producer(g, stores, prog, self.scope)   # masked softmax: the columns P @ V reads
                 _record_tile_source(g, grp.nodes, [prog], "vec_tile")
                 self.items.append(prog)
                 for n in stores:

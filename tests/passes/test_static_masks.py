@@ -168,6 +168,11 @@ def test_top_left_alignment_with_more_queries_than_keys():
 
 
 # ---------------------------------------------------------------- the work skipped
+def _timing_report(program, args, static_masks):
+    graph = lower(pypto.jit(program, backend="reference").trace(*args), static_masks=static_masks)
+    return sim.run(graph, dict(zip(graph.inputs, args)), {}, timing_only=True)[1]
+
+
 def _cube_flops(program, args):
     pypto.jit(program, backend="sim")(*args)
     return pypto.last_report().cube_flops
@@ -187,8 +192,10 @@ def test_masked_tiles_are_not_computed_and_a_tensor_mask_keeps_the_full_work():
     assert kept <= skipped <= 0.7 * full          # 0.63 with 128-row QK^T and 48-row P @ V tiles
     # the window keeps ~8% of the elements; with 128- and 48-row blocks its tiles' columns reach ~170 and ~90
     # keys, so about half the tiles run: below causal's, which shows the lower bound (j > i - 37) skipping too
-    graph = lower(pypto.jit(causal, backend="reference").trace(*args), static_masks=False)
-    assert sim.run(graph, dict(zip(graph.inputs, args)), {}, timing_only=True)[1].cube_flops == full
+    before, after = (_timing_report(causal, args, sm) for sm in (False, True))
+    assert before.cube_flops == full and after.cube_flops == skipped
+    # the softmax's row tiles compute and store the columns P @ V reads only (narrow_a_producer)
+    assert after.vector_ops <= 0.7 * before.vector_ops
     w = _cube_flops(window, args)
     w_kept = 4 * B * D * sum(min(i + 4, S) - max(i - 36, 0) for i in range(L))
     assert w_kept <= w <= 0.55 * full
