@@ -6,7 +6,7 @@ roofline of the algorithm:
 (the FLOPs the algorithm needs, not what the kernels did: causal SDPA counts the unmasked half, the
 GDN kernel the formula of bench_gdn.py). Rows: rms_norm [8192, 4096] fp16; the LLaMA MLP (rms_norm,
 gate/up 2048 -> 5632, silu * up, down, residual) at 4096 tokens fp16; SDPA [3, 4096, 128] fp16 and
-the same causal before and after compile-time masks skip the masked cube tiles (passes/static_masks.py;
+the same causal before and after compile-time masks skip masked work (QK^T / P @ V tiles, softmax columns: passes/static_masks.py;
 "before" lowers with static_masks=False); the Tensor-level GDN chunk kernel (models.qwen3_next, impl="tensor") at T=1024,
 H16, HV32, K=V=128 (and its per-head layout, a loop over heads around each head's chunk recurrence,
 at T=256); decode-shaped attention (one query row per head over 4096 keys: [32, 1, 128] x
