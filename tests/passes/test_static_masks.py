@@ -215,3 +215,15 @@ def test_dynamic_sizes_keep_the_window_exact():
         torch.testing.assert_close(f(p, v), torch.tril(p, 5) @ v, rtol=1e-5, atol=1e-4)
         flops = pypto.last_report().cube_flops
         assert (flops < 2 * L * S * 64) if S > L + 5 else (flops == 2 * L * S * 64)
+
+
+@pytest.mark.parametrize("tri, diagonal", [(P.triu, 250), (P.tril, -180)])
+def test_rows_that_keep_nothing_give_zeros(tri, diagonal):
+    """A row block whose every column is masked runs one K step over zeros: the result is exactly 0 there."""
+    def fn(p, v):
+        return P.matmul(tri(p, diagonal), v)
+    g = torch.Generator().manual_seed(5)
+    p, v = torch.randn(2, 200, 300, generator=g), torch.randn(2, 300, 64, generator=g)
+    ref = (torch.triu if tri is P.triu else torch.tril)(p, diagonal) @ v
+    torch.testing.assert_close(pypto.jit(fn, backend="sim")(p, v), ref, rtol=1e-5, atol=1e-4)
+    assert pypto.last_report().cube_flops < 0.5 * 2 * 2 * 200 * 300 * 64
