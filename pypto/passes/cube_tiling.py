@@ -73,7 +73,8 @@ def matmul_program(g, n, storage, out_acc, scope, name):
     acc_dt = dtypes.int32 if not a_info.dtype.is_floating else dtypes.float32
     mt, nt, kt, splits = cube_tiles(M, N, K, batch, a_info.dtype, spec, attrs.get("cube_tile"), node["loc"])
     if splits > 1:
-        return _split_k(g, n, storage, out_acc, scope, name, splits, (mt, nt, kt))
+        window = _k_window(g, a_src, M, K, mt, kt) if scope.static_masks and not a_trans else None
+        return _split_k(g, n, storage, out_acc, scope, name, splits, (mt, nt, kt), window)
     window = None
     if scope.static_masks:
         window = _k_window(g, a_src, M, K, mt, kt) if not a_trans else None
@@ -185,7 +186,15 @@ def _build(name, a_acc, b_acc, a_desc, b_desc, a_info, b_info, out, out_acc, bat
     lead += batch_axes
     m_axis, n_axis = TileAxis("m", M, mt), TileAxis("n", N, nt)
     axes += [m_axis, n_axis]
-    if splits > 1:
+    if splits > 1 and k_window is not None:
+        # the chunk's part of the K window; a chunk outside it runs one step over one masked (zero) column,
+        # so its part is 0
+        start, end = s_axis.index * kc, sympy.Min(K, (s_axis.index + 1) * kc)
+        first, length = k_window(m_axis.index)
+        k0 = sym.simplify(sympy.Min(sympy.Max(start, first), end - 1))
+        k_len = sym.simplify(sympy.Max(1, sympy.Min(end, first + length) - k0))
+        k_axis = TileAxis("k", k_len, kt, "sequential")
+    elif splits > 1:
         k_len = sympy.Min(kc, K - s_axis.index * kc)
         k_axis = TileAxis("k", k_len, kt, "sequential")
         k0 = s_axis.index * kc
@@ -259,7 +268,7 @@ def _build(name, a_acc, b_acc, a_desc, b_desc, a_info, b_info, out, out_acc, bat
     return TileProgram(name, "matmul", axes, params, tiles_, ops, {}, [], {"tiles": (mt, nt, kt)}, loc)
 
 
-def _split_k(g, n, storage, out_acc, scope, name, splits, tiles):
+def _split_k(g, n, storage, out_acc, scope, name, splits, tiles, k_window=None):
     """Partial products over K chunks into fp32 [S, ..., M, N], then a vector sum over S."""
     from .fusion import plan_fusion
     from .vector_tiling import VectorTiler
@@ -279,7 +288,7 @@ def _split_k(g, n, storage, out_acc, scope, name, splits, tiles):
     tb = _operand(storage[b_src], rb - 2, b_row, b_col)
     M, N, K = out.shape[-2], out.shape[-1], a_info.shape[a_col]
     cube = _build(name, storage[a_src], storage[b_src], (ta, a_row, a_col), (tb, b_row, b_col), a_info, b_info,
-                  out, ws_acc, out.shape[:-2], M, N, K, tiles, acc_dt, splits, scope, node, acc_dt)
+                  out, ws_acc, out.shape[:-2], M, N, K, tiles, acc_dt, splits, scope, node, acc_dt, k_window)
     # the vector sum over the parts
     mini = TensorGraph(f"{name}_sum")
     src = mini.add_input(ValueInfo((splits, *out.shape), acc_dt, "parts"), node["loc"])

@@ -227,3 +227,21 @@ def test_rows_that_keep_nothing_give_zeros(tri, diagonal):
     ref = (torch.triu if tri is P.triu else torch.tril)(p, diagonal) @ v
     torch.testing.assert_close(pypto.jit(fn, backend="sim")(p, v), ref, rtol=1e-5, atol=1e-4)
     assert pypto.last_report().cube_flops < 0.5 * 2 * 2 * 200 * 300 * 64
+
+
+@pytest.mark.parametrize("tri, diagonal, backend", [
+    (P.tril, 3000, "sim"), (P.triu, 5000, "sim"), (P.triu, -5000, "sim"),
+    pytest.param(P.triu, 5000, "cpu", marks=[needs_gxx, pytest.mark.slow]),
+])
+def test_split_k_chunks_take_their_part_of_the_window(tri, diagonal, backend):
+    """[64, 8192] @ [8192, 64] is split over K chunks run on different cores: each chunk runs the part of
+    the K window inside it, a chunk outside the window one step over a masked column (a zero part)."""
+    def fn(p, v):
+        return P.matmul(tri(p, diagonal), v)
+    g = torch.Generator().manual_seed(9)
+    p, v = torch.randn(64, 8192, generator=g).half(), torch.randn(8192, 64, generator=g).half()
+    ref = (torch.triu if tri is P.triu else torch.tril)(p, diagonal).float() @ v.float()
+    got = pypto.jit(fn, backend=backend)(p, v).float()
+    assert (got - ref).abs().max().item() <= 2e-3 * ref.abs().max().item()
+    if backend == "sim" and diagonal > 0:
+        assert pypto.last_report().cube_flops < 0.5 * 2 * 64 * 8192 * 64
