@@ -1,12 +1,20 @@
 """The generated sources of a set of kernels: kernels/<name>.cpp, launcher_cpu.cpp and
 launcher_npu.cpp, with each kernel's calling convention; and writing them out for PYPTO_DUMP.
 
-``units`` splits the cpu build: one translation unit per kernel (its source and its launcher entry in
-one self-contained text, so that the text alone keys its compiled object), which the cpu backend
-compiles in parallel and links (pypto/runtime/cpu/units.py). The units leave out the launcher's
-``pypto_abi_version`` (each unit would define it; the link defines it once)."""
+``units`` splits the cpu build: one translation unit per distinct kernel body (its source and its
+launcher entry in one self-contained text, so that the text alone keys its compiled object), which
+the cpu backend compiles in parallel and links (pypto/runtime/cpu/units.py). A body is named by its
+content (``pypto_body_<hash>``: a hash of the unit's C++ with the kernel's own name and the comments
+taken out), so kernels that differ only in their names or source lines (a model's repeated layers,
+same-shaped Linears) are compiled once, in one module or across modules (the object cache). Each
+kernel's own entry point (``pypto_launch_<ident>``, what the runtime looks up) is a thin forwarder
+in ``CpuUnit.entries``, plain C++ that needs none of pypto's headers, compiled at the link with the
+kernel's name for the launch's messages. The units leave out the launcher's ``pypto_abi_version``
+(each unit would define it; the link defines it once)."""
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,15 +22,19 @@ from ..errors import CompileError
 from ..ir.block import Kernel
 from .abi import KernelABI
 from .kernel import kernel_source
-from .launcher import cpu_launcher, npu_launcher
+from ..sanitize import cpp_string
+from .launcher import INDENT, cpu_launcher, npu_launcher
 
 
 @dataclass(frozen=True)
 class CpuUnit:
-    """One kernel's cpu translation unit: its text, and whether it has a cube program (the cpu
-    build picks the optimisation level by it)."""
+    """One kernel body's cpu translation unit: its text, whether it has a cube program (the cpu
+    build picks the optimisation level by it), the kernels (C++ names) it serves and their entry
+    points (``entries``: C++ compiled at the link, without pypto's headers)."""
     text: str
     has_cube: bool
+    kernels: tuple[str, ...] = ()
+    entries: str = ""
 
 
 @dataclass
@@ -61,9 +73,63 @@ def generate_module(kernels, machine=None) -> GeneratedModule:
     ordered = list(abis.values())
     files["launcher_cpu.cpp"] = cpu_launcher(ordered)
     files["launcher_npu.cpp"] = npu_launcher(ordered)
-    units = {f"units/{a.ident}.cpp": CpuUnit(_cpu_unit(a, files[f"kernels/{a.ident}.cpp"]), a.has_cube)
-             for a in ordered}
-    return GeneratedModule(files, abis, units)
+    return GeneratedModule(files, abis, cpu_units(ordered, files))
+
+
+def cpu_units(abis: list[KernelABI], files: dict[str, str]) -> dict[str, CpuUnit]:
+    """units/<body>.cpp -> the unit of each distinct kernel body, with the entries of every kernel
+    whose unit is that body under another name."""
+    served: dict[str, list[KernelABI]] = {}
+    texts: dict[str, str] = {}
+    for a in abis:
+        body, text = _body(a, files[f"kernels/{a.ident}.cpp"])
+        served.setdefault(body, []).append(a)
+        texts[body] = text
+    return {f"units/{body}.cpp": CpuUnit(texts[body], group[0].has_cube, tuple(a.ident for a in group),
+                                         "".join(_entry(a, body) for a in group))
+            for body, group in served.items()}
+
+
+_BODY = "PYPTO_BODY"
+_ENTRY_PARAMS = "const pypto::rt::LaunchConfig* config, char* message, size_t message_size"
+
+
+def _body(abi: KernelABI, kernel_text: str) -> tuple[str, str]:
+    """(the body's C++ name, its unit's text): the kernel's unit, its name replaced by one made of
+    the rest of its text, the launch's kernel name a parameter of the body's entry."""
+    unit = _cpu_unit(abi, kernel_text)
+    launch = f"launch(*config, {cpp_string(abi.kernel)}, message"
+    params = f"{INDENT}{_ENTRY_PARAMS})"
+    if unit.count(launch) != 1 or unit.count(params) != 1:
+        raise CompileError(f"kernel {abi.kernel}: the cpu launcher no longer has the form the build units "
+                           f"expect ({launch!r} and {params!r} once each)")
+    unit = unit.replace(launch, "launch(*config, kernel_name, message")
+    unit = unit.replace(params, f"{INDENT}{_ENTRY_PARAMS}, const char* kernel_name)")
+    unit = re.sub(rf"(?<![A-Za-z0-9_])(pypto_launch_)?{re.escape(abi.ident)}",
+                  lambda m: (m.group(1) or "") + _BODY, unit)
+    unit = _without_comments(unit)
+    name = f"pypto_body_{hashlib.sha256(unit.encode()).hexdigest()[:20]}"
+    return name, unit.replace(_BODY, name)
+
+
+_COMMENT = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|[ \t]*//[^\n]*')
+
+
+def _without_comments(text: str) -> str:
+    """``text`` without its // comments (string and character literals kept whole)."""
+    return _COMMENT.sub(lambda m: "" if m.group(0).lstrip().startswith("//") else m.group(0), text)
+
+
+def _entry(abi: KernelABI, body: str) -> str:
+    """The C entry point of ``abi``: the body's entry with the kernel's own name."""
+    return (f"#include <cstddef>\n#include <cstdint>\n"
+            f"namespace pypto {{ namespace rt {{ struct LaunchConfig; }} }}\n"
+            f'extern "C" int pypto_launch_{body}(void* const* gm, const int64_t* ints, const double* reals,\n'
+            f"{INDENT}{_ENTRY_PARAMS}, const char* kernel_name);\n"
+            f'extern "C" int {abi.cpu_entry}(void* const* gm, const int64_t* ints, const double* reals,\n'
+            f"{INDENT}{_ENTRY_PARAMS})\n"
+            f"{{\n{INDENT}return pypto_launch_{body}(gm, ints, reals, config, message, message_size, "
+            f"{cpp_string(abi.kernel)});\n}}\n")
 
 
 ABI_VERSION = 'extern "C" int pypto_abi_version() { return 1; }'

@@ -1,6 +1,7 @@
 """The cpu backend's build of a module as separate units: one translation unit per kernel
-(codegen.GeneratedModule.units) and one runtime unit, compiled in parallel into objects and linked
-into one shared library.
+(codegen.GeneratedModule.units; kernels that differ only in their names share one) and one runtime
+unit, compiled in parallel into objects and linked into one shared library with the kernels' entry
+points (CpuUnit.entries, compiled at the link).
 
 Contract:
 - Every unit starts with ``pypto/kernel_unit.hpp`` (``-include``). With g++ that header is
@@ -67,11 +68,13 @@ def build_units(units: dict, flags=None, distrust: Path | None = None) -> compil
     total = sum(len(u.text) for u in units.values()) or 1
     for i, (level, texts) in enumerate(sorted(levels.items())):
         share = -(-jobs() * sum(map(len, texts.values())) // total)
-        for rel, (text, count) in groups(texts, share).items():
-            plan[rel.replace("group", f"group{i}_")] = (text, level, count)
-    key = compiler.build_key({rel: " ".join(f) + "\n" + text for rel, (text, f, _) in plan.items()},
-                             flags + ("-include", UNIT_HEADER))
-    return compiler.cached_build(key, lambda work: _build(cxx, flags, plan, key, work), distrust)
+        for rel, (text, members) in groups(texts, share).items():
+            kernels = sum(max(1, len(units[m].kernels)) for m in members)
+            plan[rel.replace("group", f"group{i}_")] = (text, level, kernels)
+    entries = ABI_SOURCE + "".join(u.entries for u in units.values())
+    key = compiler.build_key({**{rel: " ".join(f) + "\n" + text for rel, (text, f, _) in plan.items()},
+                              STAMP_SOURCE: entries}, flags + ("-include", UNIT_HEADER))
+    return compiler.cached_build(key, lambda work: _build(cxx, flags, plan, entries, key, work), distrust)
 
 
 def opt_flags(flags: tuple, has_cube: bool) -> tuple:
@@ -83,9 +86,9 @@ def opt_flags(flags: tuple, has_cube: bool) -> tuple:
     return tuple("-O2" if f == "-O3" else f for f in flags)
 
 
-def groups(units: dict[str, str], n: int) -> dict[str, tuple[str, int]]:
+def groups(units: dict[str, str], n: int) -> dict[str, tuple[str, list[str]]]:
     """``units`` joined into at most ``n`` translation units of about equal text (the largest first,
-    each to the smallest group so far): units/group<i>.cpp -> (text, how many kernels it holds). One unit a kernel would share more
+    each to the smallest group so far): units/group<i>.cpp -> (text, the units it holds). One unit a kernel would share more
     objects between modules, but g++ spends about 1.7x the CPU time on kernels compiled apart
     (their common template code is generated once per unit)."""
     n = max(1, min(n, len(units)))
@@ -95,7 +98,7 @@ def groups(units: dict[str, str], n: int) -> dict[str, tuple[str, int]]:
         i = sizes.index(min(sizes))
         bins[i].append(rel)
         sizes[i] += len(units[rel])
-    return {f"units/group{i}.cpp": ("\n".join(units[rel] for rel in sorted(b)), len(b))
+    return {f"units/group{i}.cpp": ("\n".join(units[rel] for rel in sorted(b)), sorted(b))
             for i, b in enumerate(bins) if b}
 
 
@@ -199,7 +202,8 @@ class _Unit:
         self.failed: int | None = None      # the compiler's exit status when it failed
 
 
-def _build(cxx, flags, plan: dict[str, tuple[str, tuple, int]], key: str, work: Path) -> tuple[str, float]:
+def _build(cxx, flags, plan: dict[str, tuple[str, tuple, int]], entries: str, key: str,
+           work: Path) -> tuple[str, float]:
     t0 = time.perf_counter()
     objects = compiler.cache_root() / "objects"
     objects.mkdir(exist_ok=True)
@@ -221,7 +225,7 @@ def _build(cxx, flags, plan: dict[str, tuple[str, tuple, int]], key: str, work: 
     _compile_all(cxx, [u for u in units if not u.cached], work)
     name = compiler.library_name()
     link = [*cxx, *flags, *(str(u.object) for u in units), STAMP_SOURCE, "-o", name]
-    (work / STAMP_SOURCE).write_text(compiler.stamp_source(key) + ABI_SOURCE)
+    (work / STAMP_SOURCE).write_text(compiler.stamp_source(key) + entries)
     proc = compiler.run_compiler(cxx, link, work)
     if proc.returncode != 0 and any(u.cached for u in units):
         stale = [u for u in units if u.cached]              # a cached object that does not link: rebuilt once

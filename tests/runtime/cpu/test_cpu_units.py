@@ -16,6 +16,7 @@ import torch
 from pypto import dtypes
 from pypto.codegen import generate_module
 from pypto.errors import BackendUnavailableError
+from pypto.ir.block import Kernel
 from pypto.runtime import cpu
 from pypto.runtime.cpu import compiler, units
 from pypto.runtime.cpu.errors import BuildWarning
@@ -93,7 +94,7 @@ def test_groups_are_balanced_and_hold_every_unit_once():
     for n in (1, 2, 3, 16):
         got = units.groups(texts, n)
         assert len(got) == min(n, len(texts))
-        assert sum(count for _, count in got.values()) == len(texts)
+        assert sorted(m for _, members in got.values() for m in members) == sorted(texts)
         assert sorted(t for text, _ in got.values() for t in text.split("\n")) == sorted(texts.values())
         sizes = [len(text) for text, _ in got.values()]
         assert max(sizes) <= max(900, sum(map(len, texts.values())) / len(got) + 900)
@@ -117,6 +118,38 @@ def test_a_library_rebuilt_from_compiled_kernels_only_links(counted, monkeypatch
     new = counted()[len(before):]
     assert new.count("compile") == 0 and new.count("link") == 1, new
     _check_all(_kernels())
+
+
+def _renamed(kernel, name):
+    return Kernel(name, kernel.blocks, loc=kernel.loc)
+
+
+def test_kernels_that_differ_only_in_their_names_compile_one_body(counted, monkeypatch):
+    a = ck.vector_add(F32)
+    twin = _renamed(a, "vadd_twin")
+    module = generate_module([a, twin, ck.scale_rows()])
+    assert sorted(u.kernels for u in module.units.values()) == [("scale_rows",), (a.name, "vadd_twin")]
+    assert all(f"pypto_launch_{k}(" in u.entries for u in module.units.values() for k in u.kernels)
+    monkeypatch.setenv("PYPTO_BUILD_JOBS", "4")          # one unit per body: the compiles count the bodies
+    _, first = cpu.build([a, twin])
+    assert counted().count("compile") == 2, counted()     # the one body and the runtime unit
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(37, 256, generator=g), torch.randn(37, 256, generator=g)
+    for k in (a, twin):
+        z = torch.zeros_like(x)
+        cpu.run_kernel(k, {"x": x, "y": y, "z": z}, block_dim=3, threads=2)
+        torch.testing.assert_close(z, x + y, rtol=0, atol=0)
+    # another module with the same kernel under a third name: its body's object is in the cache
+    _forget(monkeypatch)
+    before = counted()
+    third = _renamed(a, "vadd_third")
+    _, second = cpu.build([third])
+    assert second.key != first.key
+    new = counted()[len(before):]
+    assert new == ["link"], new
+    z = torch.zeros_like(x)
+    cpu.run_kernel(third, {"x": x, "y": y, "z": z}, block_dim=2, threads=2)
+    torch.testing.assert_close(z, x + y, rtol=0, atol=0)
 
 
 def _record_progress(monkeypatch) -> list:
