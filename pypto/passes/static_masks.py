@@ -271,8 +271,9 @@ def ignored_mask(g, nid):
         return None
     u = users[0]
     node = g.node(u)
-    if tuple(g.info(u).shape) != tuple(shape):
-        return None
+    info = g.info(u)
+    if not hasattr(info, "shape") or tuple(info.shape) != tuple(shape):
+        return None               # a user with several results (a loop), or a broadcast
     ins = node["inputs"]
     if node["op"] == "where" and ins.count(nid) == 1 and ins[0] != nid:
         wm = _where_mask(g, u)

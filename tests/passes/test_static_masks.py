@@ -245,3 +245,19 @@ def test_split_k_chunks_take_their_part_of_the_window(tri, diagonal, backend):
     assert (got - ref).abs().max().item() <= 2e-3 * ref.abs().max().item()
     if backend == "sim" and diagonal > 0:
         assert pypto.last_report().cube_flops < 0.5 * 2 * 64 * 8192 * 64
+
+
+def matmul_into_loop(x, w):
+    """A matmul whose one user is a loop (a node with several results): no mask to find, no error."""
+    y = x @ w
+    acc = pypto.zeros(1, y.shape[1], dtype=y.dtype)
+    for i in pypto.loop(4):
+        acc[:, :] = acc + pypto.view(y, [1, y.shape[1]], [i, 0])
+    return acc
+
+
+def test_a_matmul_read_by_a_loop_keeps_the_full_work():
+    g = torch.Generator().manual_seed(11)
+    x, w = torch.randn(4, 32, generator=g), torch.randn(32, 16, generator=g)
+    torch.testing.assert_close(pypto.jit(matmul_into_loop, backend="sim")(x, w), (x @ w).sum(0, keepdim=True),
+                               rtol=1e-5, atol=1e-4)
