@@ -3,6 +3,8 @@ to their kernels' compiled blocks and GM tensors, and starting a block instance 
 scheduler chose."""
 from __future__ import annotations
 
+import operator
+
 from ...errors import SimError
 from ...ir.block import CoreType
 from .engine import Unit
@@ -22,11 +24,9 @@ class KernelStats:
 
     def add(self, unit, end: float) -> None:
         for (core, _, _), before in zip(unit.parts, unit.busy0):
-            after = core.busy
-            for p in range(NPIPES):
-                self.busy[p] += after[p] - before[p]
-            self.held += end - unit.t0
+            self.busy = list(map(operator.add, self.busy, map(operator.sub, core.busy, before)))
             self.cores.add(core.name)
+        self.held += (end - unit.t0) * len(unit.parts)
         self.blocks += 1
         self.start, self.end = min(self.start, unit.t0), max(self.end, end)
 
