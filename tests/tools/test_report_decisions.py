@@ -2,7 +2,9 @@
 the on-chip bytes of the memory plan, pipelining, cores and, on sim, the bound the kernel hit (the
 busiest of its pipes, or HBM / L2 traffic). Results are checked against torch; the tile shapes against
 the chooser called directly (passes/tile_choice.cube_tiles); the bounds against programs whose bound is
-known (a large rms_norm reads at HBM speed, a large fp16 matmul keeps the cube pipe busy)."""
+known (a large rms_norm reads at HBM speed, a large fp16 matmul keeps the cube pipe busy); cube and
+vector hints change the reported tiles; a pypto.loop's workspace copies are those the ExecutionGraph
+holds; the cpu report keeps its own figures."""
 from __future__ import annotations
 
 import torch
@@ -10,7 +12,9 @@ import torch
 import pypto
 import pypto.nn.functional as F
 from pypto.machine import get_machine
+from pypto.passes.pipeline import lower
 from pypto.passes.tile_choice import cube_tiles
+from pypto.runtime import sim
 
 M, K, N = 96, 256, 512
 
@@ -62,6 +66,44 @@ def test_a_hint_changes_the_reported_tile_shape():
     assert (mm["tile"]["m"], mm["tile"]["n"], mm["tile"]["k"]) == (32, 64, 64)
     assert mm["tile_source"] == "hint"
     assert mm["cores"] == -(-M // 32) * -(-N // 64)
+
+
+def test_a_vector_hint_changes_the_reported_tile_shape():
+    x = torch.randn(256, 64)
+
+    def hinted(x):
+        pypto.set_vec_tile_shapes(16, 64)
+        return F.softmax(x, dim=-1)
+    for fn, source in ((lambda x: F.softmax(x, dim=-1), "chooser"), (hinted, "hint")):
+        torch.testing.assert_close(pypto.jit(fn)(x), torch.softmax(x, -1))
+        (d,) = pypto.last_report().decisions.values()
+        assert d["tile_source"] == source
+    assert list(d["tile"].values()) == [16, 64]
+
+
+ROWS = 32
+
+
+def _loop_temporary(x, w):
+    out = pypto.zeros(x.shape[0], w.shape[1], dtype=x.dtype)
+    for i in pypto.loop(x.shape[0] // ROWS):
+        t = (x[i * ROWS:(i + 1) * ROWS] @ w).exp()
+        out[i * ROWS:(i + 1) * ROWS] = t / t.sum(-1, keepdim=True)
+    return out
+
+
+def test_loop_workspace_copies_are_reported_as_the_graph_holds_them():
+    x, w = torch.randn(8 * ROWS, 64).half() * 0.1, torch.randn(64, 64).half() * 0.1
+    graph = lower(pypto.jit(_loop_temporary, backend="reference").trace(x, w))
+    outs, r = sim.run(graph, dict(zip(graph.inputs, (x, w))), {})
+    t = torch.exp(x.float() @ w.float())
+    torch.testing.assert_close(outs[graph.outputs[0]].float(), t / t.sum(-1, keepdim=True), rtol=2e-2, atol=2e-3)
+    copies = {ws: n for d in r.decisions.values() for ws, n in d.get("gm_copies", {}).items()}
+    assert copies, r.decisions
+    for ws, n in copies.items():
+        base = graph.buffers[graph.buffers[ws].view_of]
+        assert n == base.shape[0] > 1
+    assert sum(1 for d in r.decisions.values() if d.get("gm_copies")) >= 2      # the writer and the reader
 
 
 def _bound(fn, *shapes):
