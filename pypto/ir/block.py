@@ -208,11 +208,13 @@ class Block:
 class Kernel:
     """One launch: the blocks that run together (at most one AIC block and one AIV block; the AIV
     block runs on ``aiv_per_aic`` sub-blocks per cluster when both are present). ``attrs["decisions"]``:
-    what the compiler chose for it, recorded by the pass that chose it (runtime/report.py reads them)."""
+    what the compiler chose for it, recorded by the pass that chose it (runtime/report.py reads them). The
+    attrs are a record for the report, not part of the program: the Block IR text does not carry them and two
+    kernels that differ only in them are equal."""
     name: str
     blocks: list[Block]
     loc: SourceLoc | None = None
-    attrs: dict = field(default_factory=dict)
+    attrs: dict = field(default_factory=dict, compare=False)
 
     def block(self, core: CoreType) -> Block | None:
         return next((b for b in self.blocks if b.core == core), None)
