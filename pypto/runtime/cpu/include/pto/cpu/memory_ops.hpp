@@ -7,14 +7,20 @@
 
 namespace pto::cpu {
 
+// check_box's failure, out of line and not a template (built once per translation unit).
+[[noreturn]] __attribute__((noinline, cold)) inline void box_mismatch(int64_t box_rows, int64_t box_cols,
+                                                                       size_t rows, size_t cols, const char* what)
+{
+    pypto::fail(std::string(what) + ": the GM box is " + std::to_string(box_rows) + "x" + std::to_string(box_cols) +
+                " but the tile's valid region is " + std::to_string(rows) + "x" + std::to_string(cols));
+}
+
 template <class GT>
 inline void check_box(const GT& gm, size_t rows, size_t cols, const char* what)
 {
     const bool leading_ones = gm.GetShape(0) == 1 && gm.GetShape(1) == 1 && gm.GetShape(2) == 1;
     if (!leading_ones || size_t(gm.GetShape(3)) != rows || size_t(gm.GetShape(4)) != cols) {
-        pypto::fail(std::string(what) + ": the GM box is " + std::to_string(gm.GetShape(3)) + "x" +
-                    std::to_string(gm.GetShape(4)) + " but the tile's valid region is " + std::to_string(rows) +
-                    "x" + std::to_string(cols));
+        box_mismatch(gm.GetShape(3), gm.GetShape(4), rows, cols, what);
     }
 }
 

@@ -211,6 +211,28 @@ constexpr int space_of()
 
 }  // namespace cpu
 
+namespace cpu {
+
+// TASSIGN's failures, out of line and not templates: the message is built once per translation
+// unit instead of in every tile type's TASSIGN (most of its code and of its compile time).
+[[noreturn]] __attribute__((noinline, cold)) inline void tassign_too_big(int rows, int cols, int space,
+                                                                          uint64_t offset, uint64_t bytes,
+                                                                          uint64_t capacity)
+{
+    pypto::fail(std::string("TASSIGN: a ") + std::to_string(rows) + "x" + std::to_string(cols) + " tile at " +
+                space_name(space) + "+" + std::to_string(offset) + " needs " + std::to_string(offset + bytes) +
+                " bytes; " + space_name(space) + " has " + std::to_string(capacity));
+}
+
+[[noreturn]] __attribute__((noinline, cold)) inline void tassign_misaligned(int space, uint64_t offset,
+                                                                             uint64_t alignment)
+{
+    pypto::fail(std::string("TASSIGN: address ") + std::to_string(offset) + " in " + space_name(space) +
+                " is not aligned to " + std::to_string(alignment) + " bytes");
+}
+
+}  // namespace cpu
+
 // Place a tile at a byte address of its local memory (checked against capacity and alignment).
 template <typename T, typename AddrType, std::enable_if_t<is_tile_v<T>, int> = 0>
 inline void TASSIGN(T& tile, AddrType addr)
@@ -220,14 +242,10 @@ inline void TASSIGN(T& tile, AddrType addr)
     const uint64_t offset = static_cast<uint64_t>(addr);
     const uint64_t bytes = static_cast<uint64_t>(T::Numel) * sizeof(typename T::DType);
     if (offset + bytes > core.capacity[space]) {
-        pypto::fail(std::string("TASSIGN: a ") + std::to_string(T::Rows) + "x" + std::to_string(T::Cols) +
-                    " tile at " + cpu::space_name(space) + "+" + std::to_string(offset) + " needs " +
-                    std::to_string(offset + bytes) + " bytes; " + cpu::space_name(space) + " has " +
-                    std::to_string(core.capacity[space]));
+        cpu::tassign_too_big(T::Rows, T::Cols, space, offset, bytes, core.capacity[space]);
     }
     if (core.alignment > 1 && offset % core.alignment != 0) {
-        pypto::fail(std::string("TASSIGN: address ") + std::to_string(offset) + " in " + cpu::space_name(space) +
-                    " is not aligned to " + std::to_string(core.alignment) + " bytes");
+        cpu::tassign_misaligned(space, offset, core.alignment);
     }
     tile.data_ = reinterpret_cast<typename T::DType*>(core.memory[space] + offset);
 }
