@@ -26,7 +26,7 @@ keys / queries trivially and v, D and S in practice), always with fp32 accumulat
 Cube <-> vector exchanges go through GM workspace slots (a2a3 has no L0C->UB / UB->L1 path); the pl
 compiler inserts the pipe and cross-core synchronisation. Chunks are software pipelined by hand (see
 the sections): the next chunk's operands, Gram matrices and inverse overlap this chunk's state phase
-and update. Each chunk is still a chain of cube <-> vector hand-overs through GM (about 500 cycles of
+and update. Each chunk is still a chain of cube <-> vector hand-overs through GM (a few hundred cycles of
 latency each in the simulator) with short vector work between them, so the kernel is latency bound:
 about 11k cycles per chunk and cluster against about 1.4k of cube work at the roofline (see
 benchmarks/bench_gdn.py for the figures).

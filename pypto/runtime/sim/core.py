@@ -280,7 +280,7 @@ class CoreRun:
             gmm = st.gmem
             lines = gmm.box_lines(self.gm_names[cop.gm_param], shape, cop.gm_itemsize, cop.trans, vals, cop.n_tiles)
             end = gmm.access(start + occ, nbytes, port, lines, cop.is_store)
-            done = end + st.gm_latency
+            done = end + (st.gm_write_latency if cop.is_store else st.gm_latency)
             st.gm_bytes += nbytes
         else:
             end = start + occ

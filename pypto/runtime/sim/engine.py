@@ -24,6 +24,7 @@ class SimState:
         p = sim_params(spec)
         self.scalar_cycles = p["scalar_issue_cycles"]
         self.gm_latency = spec.memory.get("gm_latency_cycles", 0)
+        self.gm_write_latency = spec.memory.get("gm_write_latency_cycles", self.gm_latency)
         self.gmem = GlobalMemory(spec, p["hbm_bin_cycles"])
         self.aic = [Core(CoreType.AIC, i, spec) for i in range(spec.num_aic)]
         self.aiv = [Core(CoreType.AIV, i, spec) for i in range(spec.num_aiv)]

@@ -1,6 +1,8 @@
 """MPMD scheduling: the AICPU control thread submits task instances, dispatcher threads hand them to
 free cores, cores run them; time advances event by event (submissions, dispatches, block ends).
 
+* Launch (machine [launch]): the control thread starts ``start_cycles`` after the host's launch, and
+  the host sees the end ``drain_cycles`` after the last block finished.
 * Control thread (AICPU 0): submits the submissions in program order, ``submit_cycles`` each.
 * Dispatchers (the other AICPU threads): a submission whose first task is ready (submitted, all
   producers finished) takes the earliest-free dispatcher for ``task_dispatch_cycles``; once
@@ -39,6 +41,8 @@ class Scheduler:
         d = spec.dispatch
         self.submit_cycles = d.get("submit_cycles", 0)
         self.dispatch_cycles = d.get("task_dispatch_cycles", 0)
+        self.start_cycles = spec.launch.get("start_cycles", 0)
+        self.drain_cycles = spec.launch.get("drain_cycles", 0)
         self.threads = [0.0] * max(1, spec.cores.get("aicpu", 2) - 1)
         self.aic_busy = [False] * len(state.aic)
         self.aiv_busy = [False] * len(state.aiv)
@@ -70,7 +74,9 @@ class Scheduler:
                 self.bar = None
 
     def _run(self, batches) -> float:
-        t = 0.0
+        t = float(self.start_cycles)
+        if t:
+            self.dispatch_slices.append((0, 0.0, t, "launch", 0))      # the AICPU's control thread starting
         for b in batches:
             t += self.submit_cycles
             self.push(t, _SUBMIT, b)
@@ -112,7 +118,9 @@ class Scheduler:
                 if inst.remaining == 0:
                     self.finished(inst)
             self.assign()
-        return self.end
+        if self.drain_cycles:
+            self.dispatch_slices.append((0, self.end, self.end + self.drain_cycles, "drain", 0))
+        return self.end + self.drain_cycles
 
     # ------------------------------------------------------------------ task life cycle
     def ready(self, inst):

@@ -10,8 +10,8 @@ An instruction's cost is ``issue + work / throughput``:
   MTE1  L1 -> L0A/L0B at ``mte1_bytes_per_cycle``;  FIX  L0C -> UB/L1 at ``fix_bytes_per_cycle``;
   MTE2 / MTE3 / FIX to GM: GM transfers. Each row of the GM box rounds up to the burst size; the
         transfer runs at the core's port rate and shares HBM (or L2) bandwidth with every other core
-        (gm.py); its completion is seen by other pipes ``gm_latency_cycles`` later (the pipe itself
-        streams the next transfer meanwhile).
+        (gm.py); its completion is seen by other pipes ``gm_latency_cycles`` later for a read,
+        ``gm_write_latency_cycles`` for a write (the pipe itself streams the next transfer meanwhile).
 Figures the MachineSpec does not carry yet live in ``DEFAULTS`` (a ``[sim]`` table in the machine's
 toml overrides them).
 """

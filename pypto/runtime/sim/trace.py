@@ -1,6 +1,7 @@
 """Chrome-trace JSON (Perfetto and chrome://tracing open it): one process per core (and one for the
 AICPU), one thread per pipe (thread 0 = the tasks the core ran); tasks, dispatches and instructions
-are complete ("X") slices, with the block name and the user's source line in their args; a pipe
+are complete ("X") slices, with the block name and the user's source line in their args (the launch's
+start and drain are two more on the AICPU's control thread, machine [launch]); a pipe
 stalled on a wait_flag shows a grey "wait_flag" slice for the stall; counter tracks show the HBM and
 L2 bandwidth in use over time.
 
@@ -38,7 +39,9 @@ def build_trace(state, spec, dispatch_slices) -> dict:
                            "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": sort}})
 
     for thread, start, end, label, n in dispatch_slices:
-        events.append({"name": f"dispatch {label}" + (f" (+{n - 1} stitched)" if n > 1 else ""), "ph": "X",
+        # n = 0: the launch's start or drain (scheduler.py), not a dispatch
+        name = label if n == 0 else f"dispatch {label}" + (f" (+{n - 1} stitched)" if n > 1 else "")
+        events.append({"name": name, "ph": "X",
                        "ts": start * us, "dur": (end - start) * us, "pid": 0, "tid": thread,
                        "args": {"tasks": n}})
     for core, start, end, label, block, loc in state.task_slices:

@@ -66,15 +66,15 @@ def test_stitching_submits_many_iterations_at_once():
 
 
 def test_policies_agree_on_results_and_locality_keeps_consumers_on_producers(tmp_path):
-    g, R = _chunked(24)
+    g, R = _chunked(48)
     x, y = torch.randn(R, 64), torch.randn(R, 64)
     same_core = {}
     for policy in ("fifo", "locality"):
         out, rep = sim.run(g, {"x": x, "y": y}, {}, policy=policy, trace=str(tmp_path / f"{policy}.json"))
         torch.testing.assert_close(out["z"], x + y + y)
         s = _slices(tmp_path / f"{policy}.json")
-        same_core[policy] = sum(s[f"a[i={c}]"][0] == s[f"b[i={c}]"][0] for c in range(24))
-    assert same_core["locality"] == 24 and same_core["locality"] > same_core["fifo"]
+        same_core[policy] = sum(s[f"a[i={c}]"][0] == s[f"b[i={c}]"][0] for c in range(48))
+    assert same_core["locality"] == 48 and same_core["locality"] > same_core["fifo"]
     with pytest.raises(PyptoError, match="unknown scheduling policy"):
         sim.run(g, {"x": x, "y": y}, {}, policy="random")
 
@@ -82,10 +82,12 @@ def test_policies_agree_on_results_and_locality_keeps_consumers_on_producers(tmp
 def test_block_dim_beyond_the_core_count_runs_in_waves():
     k = S.vector_add_kernel(200 * 8, 64, 8, F32)
     x, y = torch.randn(1600, 64), torch.randn(1600, 64)
-    out, rep = sim.run_kernel(k, {"x": x, "y": y, "z": torch.empty(1600, 64)}, {}, block_dim=100)
+    cores = SPEC.without_launch()                       # the waves, not the launch's fixed start and drain
+    out, rep = sim.run_kernel(k, {"x": x, "y": y, "z": torch.empty(1600, 64)}, {}, block_dim=100, machine=cores)
     assert torch.equal(out["z"], x + y) and rep.blocks == 100
-    _, one_wave = sim.run_kernel(k, {"x": (1600, 64), "y": (1600, 64), "z": (1600, 64)}, {}, block_dim=48,
-                                 timing_only=True)
+    k48 = S.vector_add_kernel(48 * 16, 64, 8, F32)       # 48 blocks of the same 16 rows: one wave
+    _, one_wave = sim.run_kernel(k48, {"x": (768, 64), "y": (768, 64), "z": (768, 64)}, {}, block_dim=48,
+                                 timing_only=True, machine=cores)
     assert rep.cycles > one_wave.cycles * 1.2           # 100 blocks take three waves of 48 AIV cores
 
 
