@@ -39,8 +39,10 @@ from .compiler import INCLUDE_DIR, STAMP_SOURCE
 
 UNIT_HEADER = "pypto/kernel_unit.hpp"
 RUNTIME_UNIT = "units/pypto_runtime.cpp"
-RUNTIME_TEXT = "// The launch runtime's members, compiled once per build flags (cpu_runtime.hpp).\n" \
-               "#include <pypto/cpu_runtime_impl.hpp>\n"
+RUNTIME_TEXT = "// The launch runtime's members and TMATMUL's fp32 product, compiled once per build flags\n" \
+               "// (cpu_runtime.hpp, pto/cpu/gemm.hpp).\n" \
+               "#include <pypto/cpu_runtime_impl.hpp>\n" \
+               "#include <pto/cpu/gemm.hpp>\n"
 ABI_SOURCE = 'extern "C" int pypto_abi_version() { return 1; }\n'
 
 
@@ -61,7 +63,7 @@ def build_units(units: dict, flags=None, distrust: Path | None = None) -> compil
     each at its optimisation level (``opt_flags``)."""
     cxx = compiler.compiler()
     flags = compiler.flags_for(cxx, flags)
-    plan = {RUNTIME_UNIT: (RUNTIME_TEXT, opt_flags(flags, has_cube=False), 0)}
+    plan = {RUNTIME_UNIT: (RUNTIME_TEXT, opt_flags(flags, has_cube=True), 0)}     # the fp32 product's level
     levels: dict[tuple, dict[str, str]] = {}
     for rel, unit in units.items():
         levels.setdefault(opt_flags(flags, unit.has_cube), {})[rel] = unit.text
@@ -213,14 +215,15 @@ def _build(cxx, flags, plan: dict[str, tuple[str, tuple, int]], entries: str, ke
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(u.text)
     logs = []
-    for unit_flags in sorted({u.flags for u in units if not u.cached}):
+    # a precompiled header per kernel level (the runtime unit alone at a level is not worth one)
+    for unit_flags in sorted({u.flags for u in units if not u.cached and u.kernels}):
         pch_dirs, pch_log = precompiled_header(cxx, unit_flags)
         logs.append(pch_log)
         for u in units:
-            if u.flags == unit_flags:
+            if u.flags == unit_flags and not u.cached:
                 u.cmd = _unit_command(cxx, u, pch_dirs)
     for u in units:
-        if u.cached:
+        if not u.cmd:
             u.cmd = _unit_command(cxx, u, [])
     _compile_all(cxx, [u for u in units if not u.cached], work)
     name = compiler.library_name()
