@@ -69,7 +69,7 @@ def build_units(units: dict, flags=None, distrust: Path | None = None) -> compil
         levels.setdefault(opt_flags(flags, unit.has_cube), {})[rel] = unit.text
     total = sum(len(u.text) for u in units.values()) or 1
     for i, (level, texts) in enumerate(sorted(levels.items())):
-        share = -(-jobs() * sum(map(len, texts.values())) // total)
+        share = max(1, round(jobs() * sum(map(len, texts.values())) / total))   # a unit more costs its parse
         for rel, (text, members) in groups(texts, share).items():
             kernels = sum(max(1, len(units[m].kernels)) for m in members)
             plan[rel.replace("group", f"group{i}_")] = (text, level, kernels)
