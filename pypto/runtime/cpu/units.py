@@ -6,7 +6,7 @@ points (CpuUnit.entries, compiled at the link).
 Contract:
 - Every unit starts with ``pypto/kernel_unit.hpp`` (``-include``). With g++ that header is
   precompiled once per compiler, flags and header content (``<cache>/pch/<key>/``), in the
-  background the first time (``precompiled_header``); a .gch g++ cannot use is a warning
+  background after the first build's units (``precompiled_header``); a .gch g++ cannot use is a warning
   (-Winvalid-pch), never a silent slow path.
 - An object is cached by its content (``<cache>/objects/<key>.o``, the key a hash of the compiler
   command and version, the host CPU, the flags, pypto's headers and the unit's text): a kernel whose
@@ -126,19 +126,19 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def precompiled_header(cxx, flags) -> tuple[list[str], str]:
-    """(-I options that make g++ find the .gch of these flags first, its build log) when the cache
-    has it, else ([], "") and the .gch is built in the background for later builds (``_warm``): on a
-    cold cache a build does not wait for it (g++ spends longer making it than the 0.3 s a unit
-    saves by it, with a few units a build). ([], "") for a compiler other than g++."""
+def precompiled_header(cxx, flags) -> tuple[list[str], str, Path | None]:
+    """(-I options that make g++ find the .gch of these flags first, its build log, None) when the
+    cache has it, else ([], "", the folder to build it in): the caller starts it in the background
+    for later builds (``_warm``) once its own units are compiled, so that on a cold cache a build
+    neither waits for it nor shares the CPUs with it (g++ spends longer making it than the 0.3 s a
+    unit saves by it, with a few units a build). ([], "", None) for a compiler other than g++."""
     if not compiler.is_gcc(cxx):
-        return [], ""
+        return [], "", None
     folder = compiler.cache_root() / "pch" / _identity(cxx, flags)
     log_path = folder / "build.log"
     if (folder / f"{UNIT_HEADER}.gch").is_file() and log_path.is_file():
-        return [f"-I{folder}"], log_path.read_text()
-    _warm(tuple(cxx), tuple(flags), folder)
-    return [], ""
+        return [f"-I{folder}"], log_path.read_text(), None
+    return [], "", folder
 
 
 _WARMING: set[Path] = set()
@@ -216,9 +216,12 @@ def _build(cxx, flags, plan: dict[str, tuple[str, tuple, int]], entries: str, ke
         path.write_text(u.text)
     logs = []
     # a precompiled header per kernel level (the runtime unit alone at a level is not worth one)
+    missing_pch = []
     for unit_flags in sorted({u.flags for u in units if not u.cached and u.kernels}):
-        pch_dirs, pch_log = precompiled_header(cxx, unit_flags)
+        pch_dirs, pch_log, folder = precompiled_header(cxx, unit_flags)
         logs.append(pch_log)
+        if folder is not None:
+            missing_pch.append((unit_flags, folder))
         for u in units:
             if u.flags == unit_flags and not u.cached:
                 u.cmd = _unit_command(cxx, u, pch_dirs)
@@ -226,6 +229,8 @@ def _build(cxx, flags, plan: dict[str, tuple[str, tuple, int]], entries: str, ke
         if not u.cmd:
             u.cmd = _unit_command(cxx, u, [])
     _compile_all(cxx, [u for u in units if not u.cached], work)
+    for unit_flags, folder in missing_pch:
+        _warm(tuple(cxx), tuple(unit_flags), folder)
     name = compiler.library_name()
     link = [*cxx, *flags, *(str(u.object) for u in units), STAMP_SOURCE, "-o", name]
     (work / STAMP_SOURCE).write_text(compiler.stamp_source(key) + entries)

@@ -146,7 +146,7 @@ def test_kernels_that_differ_only_in_their_names_compile_one_body(counted, monke
     _, second = cpu.build([third])
     assert second.key != first.key
     new = counted()[len(before):]
-    assert new == ["link"], new
+    assert new.count("compile") == 0 and new.count("link") == 1, new     # (a background 'pch' may run too)
     z = torch.zeros_like(x)
     cpu.run_kernel(third, {"x": x, "y": y, "z": z}, block_dim=2, threads=2)
     torch.testing.assert_close(z, x + y, rtol=0, atol=0)
