@@ -285,7 +285,7 @@ def scale_rows(x: pl.Tensor[[pl.DYNAMIC, 128], F16], y: pl.Tensor[[pl.DYNAMIC, 1
         for i in pl.range(0, pl.ceil_div(x.shape[0], 16)):
             a = g.next()
             pl.load_tile(a, x, [i, 0])
-            pl.muls(a, a, 3.0)
+            pl.mul(a, a, 3.0)
             pl.store_tile(y, a, [i, 0])
 
 
