@@ -9,15 +9,24 @@ never exceeds the machine's bandwidth, and an over-subscribed HBM stretches ever
 
 L2 (every GM access goes through it, as on Ascend 910B): a set of resident 512-byte lines of the base
 GM buffers' byte ranges, so a box re-read with another tiling hits whatever lines it shares with
-earlier accesses. Reads: resident lines come at L2 bandwidth, the rest from HBM, and become resident.
-Writes: write-allocate into L2 at L2 bandwidth, the lines become dirty (a partly written line counts
-as written whole; likewise a line partly read is resident whole, while HBM is charged the bytes asked
-for — a sector-fill approximation that keeps the spatial locality of narrow boxes). Capacity: LRU approximated by ``GENERATIONS`` sets of lines — a touched line moves
+earlier accesses. Residency is kept per 32-byte sector (16 to a line): a line partly read or written
+holds only the sectors moved (``partial``: line -> bitmask of its resident sectors; a resident line not
+in it holds all 16). A read is charged to HBM for the sectors it asks for that are not resident (whole
+sectors: the bytes HBM really delivers), and the rest come at L2 bandwidth; all its sectors become
+resident. So the first read of any byte of an input always comes from HBM, and a box whose rows share
+lines with a neighbour's hits only the sectors the neighbour really fetched. Writes: write-allocate into
+L2 at L2 bandwidth; the sectors written become resident and their lines dirty (a partly written line is
+written back whole). Capacity: LRU approximated by ``GENERATIONS`` sets of lines — a touched line moves
 to the newest set; when the newest holds ``l2_bytes / GENERATIONS`` the oldest set is evicted whole, so
 between (1 - 1/GENERATIONS) and all of l2_bytes stay resident. Dirty lines evicted are written to HBM
 then (they take HBM bandwidth from that time on; nobody waits for them). At the end of a run, dirty
 lines of the program's outputs are flushed to HBM from the time of the first write into each output
 (``flush``), so outputs always count as HBM traffic and the run ends no earlier than their write-back.
+
+A box (``box_lines``) is ``(lines, part_lines, parts, sectors)``: its line ids (a range or a frozenset),
+the lines it covers only in part, the pairs (such a line, the bitmask of the sectors the box covers in
+it), and how many sectors it covers in all. Boxes are dict keys (``fresh``), so a box that is not one
+contiguous byte range holds its parts in frozensets, which keep their hash.
 """
 from __future__ import annotations
 
@@ -26,6 +35,11 @@ import numpy as np
 LINE_SHIFT = 9                # 512-byte lines
 LINE = 1 << LINE_SHIFT
 BASE_SHIFT = 44               # line id = base buffer id << BASE_SHIFT | line index within the base
+SECTOR_SHIFT = 5              # 32-byte sectors, 16 to a line
+SECTORS = LINE >> SECTOR_SHIFT
+FULL = (1 << SECTORS) - 1     # the bitmask of a whole line
+_FROM = tuple(FULL ^ ((1 << i) - 1) for i in range(SECTORS))    # sectors i.. of a line
+_UPTO = tuple((1 << (i + 1)) - 1 for i in range(SECTORS))       # sectors ..i of a line
 GENERATIONS = 4
 _UNLIMITED = 1e30            # write-backs run at whatever HBM bandwidth is left
 
@@ -42,6 +56,7 @@ class GlobalMemory:
         self.hbm: list = []
         self.l2: list = []
         self.gens = [set() for _ in range(GENERATIONS)]    # oldest first
+        self.partial: dict = {}         # resident line -> bitmask of its resident sectors, if not all
         self.dirty: dict = {}           # base id -> its dirty lines
         self.first_write: dict = {}     # base id -> time of the first write into it
         self.base_ids: dict = {}
@@ -78,9 +93,14 @@ class GlobalMemory:
             stride *= d
         return lin
 
+    @staticmethod
+    def _sector_mask(lo: int, hi: int) -> int:
+        """The sectors of a line that its bytes [lo, hi) (0 <= lo < hi <= LINE) touch."""
+        return _FROM[lo >> SECTOR_SHIFT] & _UPTO[(hi - 1) >> SECTOR_SHIFT]
+
     def box_lines(self, loc, shape, itemsize: int, trans: bool, vals, n_tiles: int):
-        """The L2 lines of the GM box an instruction moves (``loc`` = (base buffer, byte offset)): a range
-        of line ids when the box is one contiguous byte range, else a frozenset."""
+        """The box (see the module docstring) of the GM box an instruction moves (``loc`` = (base buffer,
+        byte offset)); its lines are a range when the box is one contiguous byte range, else a frozenset."""
         rows, cols = (vals[1], vals[0]) if trans else (vals[0], vals[1])
         rank = len(shape)
         seg = cols * itemsize
@@ -88,47 +108,91 @@ class GlobalMemory:
         if rank == 1 or rows <= 1 or seg == row:          # one contiguous byte range (not cached)
             tag = self.base_ids.get(loc[0]) or self.base_id(loc[0])
             start = loc[1] + self._linear(vals, n_tiles, shape) * itemsize
-            n = seg if rank == 1 or rows <= 1 else rows * row
+            end = start + (seg if rank == 1 or rows <= 1 else rows * row)
             tag <<= BASE_SHIFT
-            return range(tag + (start >> LINE_SHIFT), tag + ((start + n - 1) >> LINE_SHIFT) + 1)
+            first, last = tag + (start >> LINE_SHIFT), tag + ((end - 1) >> LINE_SHIFT)
+            lines = range(first, last + 1)
+            lo, hi = start & (LINE - 1), end & (LINE - 1)
+            if not lo and not hi:
+                return lines, (), (), len(lines) * SECTORS
+            sectors = ((end - 1) >> SECTOR_SHIFT) - (start >> SECTOR_SHIFT) + 1
+            head = _FROM[lo >> SECTOR_SHIFT]
+            tail = _UPTO[((hi or LINE) - 1) >> SECTOR_SHIFT]
+            if first == last:
+                return lines, (first,), ((first, head & tail),), sectors
+            if not hi:
+                return lines, (first,), ((first, head),), sectors
+            if not lo:
+                return lines, (last,), ((last, tail),), sectors
+            return lines, (first, last), ((first, head), (last, tail)), sectors
         key = (loc, trans, vals)
         hit = self.box_cache.get(key)
         if hit is not None:
             return hit
         start = loc[1] + self._linear(vals, n_tiles, shape) * itemsize
         tag = self.base_id(loc[0]) << BASE_SHIFT
-        if row % LINE == 0:                              # every row covers the same lines, shifted
+        part_lines = part_masks = ()
+        lo = start & (LINE - 1)
+        if row % LINE == 0 and (lo + seg - 1) >> LINE_SHIFT < row >> LINE_SHIFT:
+            # every row covers the same lines, shifted, and no line is shared by two rows
             step = row >> LINE_SHIFT
             f = tag + (start >> LINE_SHIFT)
-            k = ((start + seg - 1) >> LINE_SHIFT) - (start >> LINE_SHIFT) + 1
+            k = ((lo + seg - 1) >> LINE_SHIFT) + 1
             end = f + rows * step
             lines = frozenset(range(f, end, step)) if k == 1 else \
                 frozenset().union(*[range(f + j, end + j, step) for j in range(k)])
+            hi = (lo + seg) & (LINE - 1)
+            if k == 1 and (lo or hi):
+                part_lines, part_masks = tuple(range(f, end, step)), (self._sector_mask(lo, hi or LINE),) * rows
+            elif k > 1:
+                if lo:
+                    part_lines, part_masks = tuple(range(f, end, step)), (self._sector_mask(lo, LINE),) * rows
+                if hi:
+                    part_lines += tuple(range(f + k - 1, end + k - 1, step))
+                    part_masks += (self._sector_mask(0, hi),) * rows
+            sectors = rows * (((start + seg - 1) >> SECTOR_SHIFT) - (start >> SECTOR_SHIFT) + 1)
         else:
-            firsts = (start + np.arange(rows, dtype=np.int64) * row) >> LINE_SHIFT
-            lasts = (start + np.arange(rows, dtype=np.int64) * row + seg - 1) >> LINE_SHIFT
+            starts = start + np.arange(rows, dtype=np.int64) * row
+            firsts, lasts = starts >> LINE_SHIFT, (starts + seg - 1) >> LINE_SHIFT
             span = int((lasts - firsts).max()) + 1
             ids = firsts[:, None] + np.arange(span, dtype=np.int64)[None, :]
-            ids = ids[ids <= lasts[:, None]] + tag
-            lines = frozenset(ids.tolist())
+            keep = ids <= lasts[:, None]
+            lo = np.maximum(starts[:, None] - (ids << LINE_SHIFT), 0)[keep]
+            hi = np.minimum(starts[:, None] + seg - (ids << LINE_SHIFT), LINE)[keep]
+            ids = ids[keep]
+            bits = ((1 << (((hi - 1) >> SECTOR_SHIFT) + 1)) - 1) ^ ((1 << (lo >> SECTOR_SHIFT)) - 1)
+            uniq, inv = np.unique(ids, return_inverse=True)
+            merged = np.zeros(len(uniq), dtype=np.int64)
+            np.bitwise_or.at(merged, inv, bits)              # rows sharing a line (row % LINE != 0)
+            lines = frozenset((uniq + tag).tolist())
+            part = merged != FULL
+            part_lines, part_masks = tuple((uniq[part] + tag).tolist()), tuple(merged[part].tolist())
+            sectors = (len(lines) - len(part_lines)) * SECTORS + sum(m.bit_count() for m in part_masks)
+        box = (lines, frozenset(part_lines), frozenset(zip(part_lines, part_masks)), sectors)
         if len(self.box_cache) > 4096:
             self.box_cache.clear()
-        self.box_cache[key] = lines
-        return lines
+        self.box_cache[key] = box
+        return box
 
-    def _touch(self, lines, t: float, older=None):
-        """Move ``lines`` into the newest set (``older``: the older sets holding some of them, if known)."""
+    def _touch(self, lines, key, t: float, older=None):
+        """Move a box's lines into the newest set and mark it (``key``) fresh (``older``: the older sets
+        holding some of its lines, if known)."""
         gens = self.gens
         newest = gens[-1]
         for g in (gens[:-1] if older is None else older):
             if g:
                 g.difference_update(lines)
         newest.update(lines)
-        self.fresh[lines] = False
+        self.fresh[key] = False
         if len(newest) >= self.gen_lines:
             old = gens.pop(0)
             gens.append(set())
             self.fresh.clear()
+            partial = self.partial
+            if partial and old:
+                for line in ([ln for ln in partial if ln in old] if len(partial) < len(old) else
+                             [ln for ln in old if ln in partial]):
+                    del partial[line]
             n = 0
             for d in self.dirty.values():
                 if d and old:
@@ -139,9 +203,49 @@ class GlobalMemory:
                 self.writeback_bytes += n * LINE
                 self.transfer(t, n * LINE, _UNLIMITED, False)
 
-    def access(self, t: float, nbytes: int, port: float, lines, write: bool) -> float:
-        """A core moves ``nbytes`` of the box covering ``lines`` from time ``t``; when the last byte moved."""
-        seen = self.fresh.get(lines)          # None, or whether it was written, since the newest set began
+    def _fill(self, box, found=None) -> int:
+        """Make the box's sectors resident (call before ``_touch``); how many fewer of them hit than
+        ``SECTORS`` per resident line of the box (``found``: its resident lines, as sets, if known)."""
+        lines, part_lines, parts, sectors = box
+        partial = self.partial
+        lost = 0
+        if part_lines:
+            resident = set()
+            if found is None:
+                found = [g.intersection(part_lines) for g in self.gens if g]
+            for x in found:
+                if x:
+                    resident.update(x.intersection(part_lines))
+            if not resident:                    # the common first touch: nothing to hit
+                partial.update(parts)
+            elif len(resident) == len(part_lines) and not partial.keys() & resident:
+                # all resident whole: each hits the sectors asked, nothing changes
+                lost = len(part_lines) * SECTORS - (sectors - (len(lines) - len(part_lines)) * SECTORS)
+            else:
+                for line, m in parts:
+                    if line in resident:
+                        had = partial.get(line, FULL)
+                        lost += SECTORS - (m & had).bit_count()
+                        now = had | m
+                        if now != FULL:
+                            partial[line] = now
+                        elif had != FULL:
+                            del partial[line]
+                    else:
+                        partial[line] = m
+        if partial and len(lines) > len(part_lines):     # whole lines asked of lines partly resident
+            both = partial.keys() & lines
+            if both:
+                both.difference_update(part_lines)
+                for line in both:
+                    lost += SECTORS - partial.pop(line).bit_count()
+        return lost
+
+    def access(self, t: float, nbytes: int, port: float, box, write: bool) -> float:
+        """A core moves ``nbytes`` of ``box`` from time ``t``; when the last byte moved."""
+        lines, part_lines, parts, asked = box
+        key = box if part_lines else lines    # a box of whole lines is known by its lines (cheaper to hash)
+        seen = self.fresh.get(key)            # None, or whether it was written, since the newest set began
         if seen is not None and (seen or not write):
             if not write:
                 self.l2_hit_bytes += nbytes
@@ -153,29 +257,35 @@ class GlobalMemory:
                 d = self.dirty[base] = set()
                 self.first_write[base] = t
             d.update(lines)
-            self._touch(lines, t)
-            if lines in self.fresh:
-                self.fresh[lines] = True
+            if part_lines or self.partial:
+                self._fill(box)
+            self._touch(lines, key, t)
+            if key in self.fresh:
+                self.fresh[key] = True
             return self.transfer(t, nbytes, port, True)
-        hits, older = 0, []
+        hits, older, found = 0, [], []
         gens = self.gens
         for g in gens:                         # disjoint sets; intersection() walks the (small) box
             if g:
-                h = len(g.intersection(lines))
-                if h:
-                    hits += h
+                x = g.intersection(lines)
+                if x:
+                    hits += len(x)
+                    found.append(x)
                     if g is not gens[-1]:
                         older.append(g)
-        miss = len(lines) - hits
-        self._touch(lines, t, older)
-        if miss == 0:
+        hit = hits * SECTORS
+        if found and (part_lines or self.partial):
+            hit -= self._fill(box, found)
+        elif part_lines:                       # nothing resident: the sectors asked become so
+            self.partial.update(parts)
+        self._touch(lines, key, t, older)
+        if hit == asked:
             self.l2_hit_bytes += nbytes
             return self.transfer(t, nbytes, port, True)
-        if miss == len(lines):
-            return self.transfer(t, nbytes, port, False)
-        from_hbm = nbytes * miss // len(lines)
-        self.l2_hit_bytes += nbytes - from_hbm
-        return self.transfer(self.transfer(t, nbytes - from_hbm, port, True), from_hbm, port, False)
+        from_hbm = (asked - hit) << SECTOR_SHIFT         # whole sectors: what HBM delivers
+        from_l2 = max(0, nbytes - from_hbm)
+        self.l2_hit_bytes += from_l2
+        return self.transfer(self.transfer(t, from_l2, port, True), from_hbm, port, False)
 
     def flush(self, bases) -> float:
         """Write the dirty lines of the named base buffers back to HBM; the time the last one lands."""
