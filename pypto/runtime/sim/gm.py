@@ -30,6 +30,8 @@ contiguous byte range holds its parts in frozensets, which keep their hash.
 """
 from __future__ import annotations
 
+from itertools import chain, repeat
+
 import numpy as np
 
 LINE_SHIFT = 9                # 512-byte lines
@@ -41,6 +43,7 @@ FULL = (1 << SECTORS) - 1     # the bitmask of a whole line
 _FROM = tuple(FULL ^ ((1 << i) - 1) for i in range(SECTORS))    # sectors i.. of a line
 _UPTO = tuple((1 << (i + 1)) - 1 for i in range(SECTORS))       # sectors ..i of a line
 GENERATIONS = 4
+_EMPTY = frozenset()
 _UNLIMITED = 1e30            # write-backs run at whatever HBM bandwidth is left
 
 
@@ -131,7 +134,6 @@ class GlobalMemory:
             return hit
         start = loc[1] + self._linear(vals, n_tiles, shape) * itemsize
         tag = self.base_id(loc[0]) << BASE_SHIFT
-        part_lines = part_masks = ()
         lo = start & (LINE - 1)
         if row % LINE == 0 and (lo + seg - 1) >> LINE_SHIFT < row >> LINE_SHIFT:
             # every row covers the same lines, shifted, and no line is shared by two rows
@@ -142,14 +144,21 @@ class GlobalMemory:
             lines = frozenset(range(f, end, step)) if k == 1 else \
                 frozenset().union(*[range(f + j, end + j, step) for j in range(k)])
             hi = (lo + seg) & (LINE - 1)
-            if k == 1 and (lo or hi):
-                part_lines, part_masks = tuple(range(f, end, step)), (self._sector_mask(lo, hi or LINE),) * rows
-            elif k > 1:
-                if lo:
-                    part_lines, part_masks = tuple(range(f, end, step)), (self._sector_mask(lo, LINE),) * rows
-                if hi:
-                    part_lines += tuple(range(f + k - 1, end + k - 1, step))
-                    part_masks += (self._sector_mask(0, hi),) * rows
+            heads = range(f, end, step)                      # each row's first line, and its last
+            tails = range(f + k - 1, end + k - 1, step)
+            if k == 1:
+                part_lines, parts = (lines, frozenset(zip(heads, repeat(self._sector_mask(lo, hi or LINE))))) \
+                    if lo or hi else (_EMPTY, _EMPTY)
+            elif lo and hi:
+                part_lines = frozenset(chain(heads, tails))
+                parts = frozenset(chain(zip(heads, repeat(self._sector_mask(lo, LINE))),
+                                        zip(tails, repeat(self._sector_mask(0, hi)))))
+            elif lo:
+                part_lines, parts = frozenset(heads), frozenset(zip(heads, repeat(self._sector_mask(lo, LINE))))
+            elif hi:
+                part_lines, parts = frozenset(tails), frozenset(zip(tails, repeat(self._sector_mask(0, hi))))
+            else:
+                part_lines, parts = _EMPTY, _EMPTY
             sectors = rows * (((start + seg - 1) >> SECTOR_SHIFT) - (start >> SECTOR_SHIFT) + 1)
         else:
             starts = start + np.arange(rows, dtype=np.int64) * row
@@ -161,14 +170,15 @@ class GlobalMemory:
             hi = np.minimum(starts[:, None] + seg - (ids << LINE_SHIFT), LINE)[keep]
             ids = ids[keep]
             bits = ((1 << (((hi - 1) >> SECTOR_SHIFT) + 1)) - 1) ^ ((1 << (lo >> SECTOR_SHIFT)) - 1)
-            uniq, inv = np.unique(ids, return_inverse=True)
-            merged = np.zeros(len(uniq), dtype=np.int64)
-            np.bitwise_or.at(merged, inv, bits)              # rows sharing a line (row % LINE != 0)
+            # ids ascend (rows are in address order), so the rows sharing a line (row % LINE != 0) are adjacent
+            groups = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
+            uniq, merged = ids[groups], np.bitwise_or.reduceat(bits, groups)
             lines = frozenset((uniq + tag).tolist())
             part = merged != FULL
-            part_lines, part_masks = tuple((uniq[part] + tag).tolist()), tuple(merged[part].tolist())
-            sectors = (len(lines) - len(part_lines)) * SECTORS + sum(m.bit_count() for m in part_masks)
-        box = (lines, frozenset(part_lines), frozenset(zip(part_lines, part_masks)), sectors)
+            part_ids, part_masks = (uniq[part] + tag).tolist(), merged[part].tolist()
+            sectors = (len(lines) - len(part_ids)) * SECTORS + sum(m.bit_count() for m in part_masks)
+            part_lines, parts = frozenset(part_ids), frozenset(zip(part_ids, part_masks))
+        box = (lines, part_lines, parts, sectors)
         if len(self.box_cache) > 4096:
             self.box_cache.clear()
         self.box_cache[key] = box
