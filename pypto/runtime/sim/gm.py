@@ -23,10 +23,12 @@ then (they take HBM bandwidth from that time on; nobody waits for them). At the 
 lines of the program's outputs are flushed to HBM from the time of the first write into each output
 (``flush``), so outputs always count as HBM traffic and the run ends no earlier than their write-back.
 
-A box (``box_lines``) is ``(lines, part_lines, parts, sectors)``: its line ids (a range or a frozenset),
-the lines it covers only in part, the pairs (such a line, the bitmask of the sectors the box covers in
-it), and how many sectors it covers in all. Boxes are dict keys (``fresh``), so a box that is not one
-contiguous byte range holds its parts in frozensets, which keep their hash.
+A box (``box_lines``) is ``(lines, part_lines, parts, sectors, key)``: its line ids (a range or a
+frozenset), the lines it covers only in part, the pairs (such a line, the bitmask of the sectors the box
+covers in it), how many sectors it covers in all, and what ``fresh`` knows it by: its lines when it has
+no part lines, else an int (one contiguous byte range: its lines and end masks packed) or a tuple of
+frozensets (cached with the box). Keys that are not containers keep the garbage collector's work and
+the hashing per access what they were before sectors.
 """
 from __future__ import annotations
 
@@ -117,17 +119,18 @@ class GlobalMemory:
             lines = range(first, last + 1)
             lo, hi = start & (LINE - 1), end & (LINE - 1)
             if not lo and not hi:
-                return lines, (), (), len(lines) * SECTORS
+                return lines, (), (), len(lines) * SECTORS, lines
             sectors = ((end - 1) >> SECTOR_SHIFT) - (start >> SECTOR_SHIFT) + 1
             head = _FROM[lo >> SECTOR_SHIFT]
             tail = _UPTO[((hi or LINE) - 1) >> SECTOR_SHIFT]
+            key = (first << 24 | (last - first)) << 32
             if first == last:
-                return lines, (first,), ((first, head & tail),), sectors
+                return lines, (first,), ((first, head & tail),), sectors, key | (head & tail) << 16
             if not hi:
-                return lines, (first,), ((first, head),), sectors
+                return lines, (first,), ((first, head),), sectors, key | head << 16
             if not lo:
-                return lines, (last,), ((last, tail),), sectors
-            return lines, (first, last), ((first, head), (last, tail)), sectors
+                return lines, (last,), ((last, tail),), sectors, key | tail
+            return lines, (first, last), ((first, head), (last, tail)), sectors, key | head << 16 | tail
         key = (loc, trans, vals)
         hit = self.box_cache.get(key)
         if hit is not None:
@@ -178,7 +181,7 @@ class GlobalMemory:
             part_ids, part_masks = (uniq[part] + tag).tolist(), merged[part].tolist()
             sectors = (len(lines) - len(part_ids)) * SECTORS + sum(m.bit_count() for m in part_masks)
             part_lines, parts = frozenset(part_ids), frozenset(zip(part_ids, part_masks))
-        box = (lines, part_lines, parts, sectors)
+        box = (lines, part_lines, parts, sectors, (lines, parts) if part_lines else lines)
         if len(self.box_cache) > 4096:
             self.box_cache.clear()
         self.box_cache[key] = box
@@ -216,7 +219,7 @@ class GlobalMemory:
     def _fill(self, box, found=None) -> int:
         """Make the box's sectors resident (call before ``_touch``); how many fewer of them hit than
         ``SECTORS`` per resident line of the box (``found``: its resident lines, as sets, if known)."""
-        lines, part_lines, parts, sectors = box
+        lines, part_lines, parts, sectors, _ = box
         partial = self.partial
         lost = 0
         if part_lines:
@@ -253,8 +256,7 @@ class GlobalMemory:
 
     def access(self, t: float, nbytes: int, port: float, box, write: bool) -> float:
         """A core moves ``nbytes`` of ``box`` from time ``t``; when the last byte moved."""
-        lines, part_lines, parts, asked = box
-        key = box if part_lines else lines    # a box of whole lines is known by its lines (cheaper to hash)
+        lines, part_lines, parts, asked, key = box
         seen = self.fresh.get(key)            # None, or whether it was written, since the newest set began
         if seen is not None and (seen or not write):
             if not write:

@@ -60,7 +60,7 @@ def test_boxes_cover_the_lines_of_their_rows_only():
     left, right = set(_box(g, 8, 256, 0, 0)[0]), set(_box(g, 8, 256, 0, 256)[0])  # 512-byte chunks, 2 KiB rows
     assert len(left) == 8 and not left & right
     assert set(_box(g, 8, 1024, 0, 0)[0]) == left | right | set(_box(g, 8, 512, 0, 512)[0])
-    lines, part_lines, parts, sectors = _box(g, 3, 100, 1, 200)                           # straddling
+    lines, part_lines, parts, sectors, _ = _box(g, 3, 100, 1, 200)                        # straddling
     assert set(lines) == {1 << 44 | line for line in (4, 5, 8, 9, 12, 13)}
     # row 1 is bytes 2448..2648: line 4 from byte 400 (sectors 12..15), line 5 up to byte 88 (sectors 0..2)
     assert dict(parts)[1 << 44 | 4] == 0xF000
