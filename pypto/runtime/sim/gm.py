@@ -269,7 +269,19 @@ class GlobalMemory:
                 d = self.dirty[base] = set()
                 self.first_write[base] = t
             d.update(lines)
-            if part_lines or self.partial:
+            partial = self.partial
+            if len(lines) == 1 and part_lines:           # one line written in part (the common case)
+                (line, m), = parts
+                had = partial.get(line)
+                if had is None:
+                    had = FULL if any(line in g for g in self.gens) else 0
+                if had != FULL:
+                    now = had | m
+                    if now == FULL:
+                        partial.pop(line, None)
+                    else:
+                        partial[line] = now
+            elif part_lines or partial:
                 self._fill(box)
             self._touch(lines, key, t)
             if key in self.fresh:
@@ -286,7 +298,18 @@ class GlobalMemory:
                     if g is not gens[-1]:
                         older.append(g)
         hit = hits * SECTORS
-        if found and (part_lines or self.partial):
+        if found and len(lines) == 1 and part_lines:     # one resident line, asked in part (the common case)
+            (line, m), = parts
+            partial = self.partial
+            had = partial.get(line, FULL)
+            hit = (m & had).bit_count()
+            if had != FULL:
+                now = had | m
+                if now == FULL:
+                    del partial[line]
+                else:
+                    partial[line] = now
+        elif found and (part_lines or self.partial):
             hit -= self._fill(box, found)
         elif part_lines:                       # nothing resident: the sectors asked become so
             self.partial.update(parts)
