@@ -459,9 +459,8 @@ def _check_registry_names():
         raise ImportError(f"pl's op names are out of step with pypto.ops.registry: {missing or COMPARISONS}")
 
 
-def _by_dim(name: str, rows: tuple):
-    along_cols, along_rows = (OPS[r] for r in rows)
-    inner = {id(r): _FORMS[r.form](r) for r in (along_cols, along_rows)}
+def _by_dim(rows: tuple):
+    along_cols, along_rows = (_FORMS[OPS[r].form](OPS[r]) for r in rows)
 
     def handler(p, call):
         b = call.bind(["dst", "src", "dim"], f"{call.name}(dst, src, dim)  # dim 1 (or -1): over columns, 0: rows")
@@ -469,11 +468,10 @@ def _by_dim(name: str, rows: tuple):
         if isinstance(dim, bool) or dim not in (-1, 0, 1):
             raise call.error(f"{call.name}: dim is 1 or -1 (over the columns: one value per row) or 0 (over the "
                              f"rows: one value per column), found {dim!r}", at=call.where("dim") or 2)
-        row = along_rows if dim == 0 else along_cols
         two = replace(call, args=call.args[:2], arg_nodes=call.arg_nodes[:2],
                       kwargs={k: v for k, v in call.kwargs.items() if k != "dim"},
                       kw_nodes={k: v for k, v in call.kw_nodes.items() if k != "dim"})
-        return inner[id(row)](p, two)
+        return (along_rows if dim == 0 else along_cols)(p, two)
     return handler
 
 
@@ -514,7 +512,7 @@ for _alias, _target in ALIASES.items():
 # (registered in the DSL only: as module globals sum / where ... would shadow builtins inside this module)
 for _name, _rows in BY_DIM.items():
     dsl(_name, f"pl.{_name}(dst, src, dim): the registry's {_name} over one axis of a tile "
-                                  f"(dim 1: {OPS[_rows[0]].isa}, dim 0: {OPS[_rows[1]].isa})")(_by_dim(_name, _rows))
+                                  f"(dim 1: {OPS[_rows[0]].isa}, dim 0: {OPS[_rows[1]].isa})")(_by_dim(_rows))
 for _name, _old in RENAMED.items():
     dsl(_name, f"pl.{_name}: {OPS[_old].doc}  ({OPS[_old].isa})")(_FORMS[OPS[_old].form](OPS[_old]))
 for _mode in COMPARISONS:
