@@ -37,7 +37,6 @@ terminal (rich decides; COLUMNS overrides), 100 columns when there is none (pipe
 """
 from __future__ import annotations
 
-import os
 import shutil
 from dataclasses import asdict, dataclass, field
 
@@ -253,12 +252,8 @@ def _sim_bound(ks, work, spec) -> dict:
 
 def _width() -> int | None:
     """None (rich decides: the terminal's width, or COLUMNS) where there is a terminal or COLUMNS is
-    set; else PIPED_WIDTH."""
-    if os.environ.get("COLUMNS", "").isdigit():
-        return None
-    if shutil.get_terminal_size(fallback=(0, 0)).columns > 0:
-        return None
-    return PIPED_WIDTH
+    set (shutil reads COLUMNS first); else PIPED_WIDTH."""
+    return None if shutil.get_terminal_size(fallback=(0, 0)).columns > 0 else PIPED_WIDTH
 
 
 class _NullFile:

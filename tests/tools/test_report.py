@@ -5,6 +5,8 @@ for the same program; rows with no meaning on cpu (simulated cycles, utilisation
 str(report) is as wide as the terminal (COLUMNS), 100 columns without one."""
 from __future__ import annotations
 
+import os
+
 import torch
 
 import pypto
@@ -79,7 +81,11 @@ def test_width_follows_columns_and_is_readable_when_piped(monkeypatch):
         assert max(map(len, lines)) <= columns
         assert (max(map(len, lines)) > 110) == (columns > 110)     # no fixed 110 columns
     monkeypatch.delenv("COLUMNS")
-    lines = str(r).splitlines()                                     # pytest captures: no terminal
+
+    def no_terminal(*_):
+        raise OSError("not a terminal")
+    monkeypatch.setattr(os, "get_terminal_size", no_terminal)       # piped, even under pytest -s
+    lines = str(r).splitlines()
     assert max(map(len, lines)) == PIPED_WIDTH
 
 
