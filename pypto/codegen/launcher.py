@@ -14,6 +14,8 @@ from ..sanitize import cpp_string
 from .abi import KernelABI
 
 INDENT = "    "
+# the launcher's ABI stamp; the cpu build units (runtime/cpu/units.py) define it once, at the link
+ABI_VERSION = 'extern "C" int pypto_abi_version() { return 1; }'
 
 
 def cpu_launcher(abis: list[KernelABI]) -> str:
@@ -25,7 +27,7 @@ def cpu_launcher(abis: list[KernelABI]) -> str:
            "#include <pypto/cpu_runtime.hpp>",
            ""]
     out += [f'#include "kernels/{a.ident}.cpp"' for a in abis]
-    out += ["", 'extern "C" int pypto_abi_version() { return 1; }', ""]
+    out += ["", ABI_VERSION, ""]
     for a in abis:
         ns = a.namespace
         out += [f'extern "C" int {a.cpu_entry}([[maybe_unused]] void* const* gm, '

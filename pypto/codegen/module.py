@@ -23,7 +23,7 @@ from ..ir.block import Kernel
 from .abi import KernelABI
 from .kernel import kernel_source
 from ..sanitize import cpp_string
-from .launcher import INDENT, cpu_launcher, npu_launcher
+from .launcher import ABI_VERSION, INDENT, cpu_launcher, npu_launcher
 
 
 @dataclass(frozen=True)
@@ -130,9 +130,6 @@ def _entry(abi: KernelABI, body: str) -> str:
             f"{INDENT}{_ENTRY_PARAMS})\n"
             f"{{\n{INDENT}return pypto_launch_{body}(gm, ints, reals, config, message, message_size, "
             f"{cpp_string(abi.kernel)});\n}}\n")
-
-
-ABI_VERSION = 'extern "C" int pypto_abi_version() { return 1; }'
 
 
 def _cpu_unit(abi: KernelABI, kernel_text: str) -> str:

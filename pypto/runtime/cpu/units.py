@@ -32,6 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
+from ...codegen.launcher import ABI_VERSION
 from ...errors import CompileError
 from ..progress import progress
 from . import compiler
@@ -43,7 +44,7 @@ RUNTIME_TEXT = "// The launch runtime's members and TMATMUL's fp32 product, comp
                "// (cpu_runtime.hpp, pto/cpu/gemm.hpp).\n" \
                "#include <pypto/cpu_runtime_impl.hpp>\n" \
                "#include <pto/cpu/gemm.hpp>\n"
-ABI_SOURCE = 'extern "C" int pypto_abi_version() { return 1; }\n'
+ABI_SOURCE = ABI_VERSION + "\n"
 
 
 def jobs() -> int:
