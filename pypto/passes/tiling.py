@@ -303,6 +303,7 @@ class _Body:
         self._plan()
         from .vector_tiling import NeedsCopy, VectorTiler
         g = self.g
+        late = {f for f, _ in self.late}      # written arguments copied at the end: their programs store them
         for kind, ident in self.plan.order:
             if kind == "group":
                 grp = self.plan.groups[ident]
@@ -323,7 +324,6 @@ class _Body:
                     continue
                 members = set(grp.nodes)
                 stores = {}
-                late = {f for f, _ in self.late}
                 for n in grp.nodes:
                     if any(u not in members for u in g.users(n)) or n in self.wants or n in late:
                         stores[n] = self._store_target(n)
