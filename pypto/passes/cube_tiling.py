@@ -86,13 +86,14 @@ def matmul_program(g, n, storage, out_acc, scope, name):
 def _k_window(g, a_src, M, K, mt, kt):
     """When A is zero outside a compile-time mask (static_masks), the K steps a row block of A can have
     non-zero columns in: a function of the M tile index giving (first K, K length), whole K tiles, at least
-    one step (a block whose columns are all masked computes one tile of zeros). None: the whole K."""
+    one step (a block whose columns are all masked computes one tile of zeros); the N tile index is not
+    used (_skip_ignored's window uses it). None: the whole K."""
     mask = static_masks.zero_mask(g, a_src)
     if mask is None or not mask.usable_for_ranges():
         return None
     last_tile = sym.ceildiv(K, kt) - 1
 
-    def window(m):
+    def window(m, n_index=None):
         lo, hi = mask.col_range(m * mt, sympy.Min(M, (m + 1) * mt) - 1)
         first = 0 if lo is None else sympy.Max(0, sympy.Min(sympy.floor(lo / kt), last_tile)) * kt
         end = K if hi is None else sympy.Min(K, hi + 1)
@@ -166,7 +167,6 @@ def _skip_ignored(g, n, M, N, K, mt, nt):
         if lo is not None:
             live.append(sympy.Max(0, sympy.Min(N, (n_index + 1) * nt) - lo))
         return 0, sym.simplify(K * sympy.Min(*live))
-    window.per_output_tile = True
     return window
 
 
@@ -199,8 +199,7 @@ def _build(name, a_acc, b_acc, a_desc, b_desc, a_info, b_info, out, out_acc, bat
         k_axis = TileAxis("k", k_len, kt, "sequential")
         k0 = s_axis.index * kc
     elif k_window is not None:
-        k0, k_len = (k_window(m_axis.index, n_axis.index) if getattr(k_window, "per_output_tile", False)
-                     else k_window(m_axis.index))
+        k0, k_len = k_window(m_axis.index, n_axis.index)
         k_axis = TileAxis("k", k_len, kt, "sequential")
     else:
         k_len = K
