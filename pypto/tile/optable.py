@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.isa import ISA
-from ..ops import get_op, load_all
+from ..ops import get_op       # importing pypto.ops registers every op
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,6 @@ class TileOpDef:
     commutative: bool = False
 
 
-load_all()
 # elementwise ops named as in the op registry run the instruction of their registry entry (OpDef.pto)
 _BINARY = {n: get_op(n).pto for n in ("add", "sub", "mul", "div", "maximum", "minimum", "pow")}
 # [R, C] op [R, 1] and [R, C] op [1, C]: the binary instruction's broadcast forms (its ISA entry)
