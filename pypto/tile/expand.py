@@ -195,7 +195,7 @@ class _Expander:
         """An accumulator's first product: ``op`` on the loop's first iteration, ``op.otherwise`` after."""
         var = op.guard.lhs
         it = copy.subs.get(var, var)
-        lead = sympy.simplify(it - var)
+        lead = it - var                           # an Integer in the loop's later copies
         acc = [self.lower(o, copy) for o in op.otherwise]
         if lead.is_Integer and int(lead) > 0:
             return acc
@@ -211,7 +211,7 @@ class _Expander:
 
         def at(i):
             d = dict(subs)
-            d[var] = var + i * step if not isinstance(i, sympy.Basic) else i
+            d[var] = var + i * step
             return d
 
         def it_at(base, i):
