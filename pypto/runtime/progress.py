@@ -35,9 +35,6 @@ class _Silent:
     def set_postfix_str(self, s="", refresh=True):
         pass
 
-    def close(self):
-        pass
-
 
 @contextmanager
 def progress(total=None, desc: str = "", unit: str = "it", delay: float = DEFAULT_DELAY_S):
