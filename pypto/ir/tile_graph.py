@@ -120,7 +120,7 @@ class TileHandoff:
 
 
 # op attributes that tell the lowering what to do and are not the instruction's
-LOWERING_ATTRS = frozenset({"stage", "when", "first_iteration", "handoff", "loop"})
+LOWERING_ATTRS = frozenset({"stage", "when", "first_iteration", "handoff"})
 
 
 @dataclass

@@ -26,7 +26,7 @@ def test_a_copy_renames_tiles_and_substitutes_indices():
     ops = [TileOp("TLOAD", ["x", GMTile("X", (8 * K, 0))], "step"),
            TileOp("TADDS", ["y", "x", K * 2.0], "step"),
            TileOp("TCMPS", ["z", "y", 0.5], "step", {"cmp": "gt", "stage": 1, "when": 3}),
-           TileOp("TSTORE", [GMTile("X", (8 * K, 0)), "z"], "step", {"loop": "k"})]
+           TileOp("TSTORE", [GMTile("X", (8 * K, 0)), "z"], "step", {"first_iteration": True})]
     instrs = [lower_op(op, copy, tiles) for op in ops]
     assert_text(_block(instrs, tiles), """
         block b core=AIV args(X: gm f32[64, 64])
