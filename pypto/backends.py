@@ -89,5 +89,5 @@ def compile_graph(graph, backend: str, options: dict) -> Compiled:
     program = lower(graph, machine=options.get("machine"), dump=dump if dump is not None else False)
     if dump is not None:
         from .runtime.dump_cpp import write_cpp
-        write_cpp(dump, program, options.get("machine"))
+        write_cpp(dump, program.kernels, options.get("machine"))
     return Compiled(backend, graph, program, options, checks)

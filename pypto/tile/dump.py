@@ -6,6 +6,7 @@ from __future__ import annotations
 import weakref
 
 from ..ir.dump import TILE_STAGES, Dump, dump_root, signature_name
+from ..runtime.dump_cpp import write_cpp
 
 _DUMPS: dict = {}      # id(program) -> (weakref to it, its Dump)
 
@@ -37,10 +38,4 @@ def dump_kernel(program, options, kernel, machine) -> None:
     if dump is None:
         return
     dump.write("kernel", text=str(kernel))
-    from ..codegen import generate_module
-    try:
-        module = generate_module([kernel], machine)
-    except Exception as e:       # noqa: BLE001  the dump says why; the run goes on
-        dump.write_failure("cpp", f"the C++ of this kernel was not generated: {type(e).__name__}: {e}")
-        return
-    module.write(dump.folder("cpp"))
+    write_cpp(dump, [kernel], machine)

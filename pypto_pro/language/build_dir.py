@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pypto.errors import SourceLoc
 from pypto.ir.dump import PRO_STAGES, Dump, dump_root, signature_name
+from pypto.runtime.dump_cpp import write_cpp
 from pypto.sanitize import path_component
 
 LEVEL = "Professional mode"
@@ -60,11 +61,9 @@ def write_build_dir(kernel, compiled, cache_key) -> Path | None:
                  f"synchronisation: {'manual (pl.system.*)' if compiled.manual_sync else 'automatic'}"]
         for block, pairs in (compiled.events or {}).items():
             notes.append(f"event ids {block}: " + ", ".join(f"{k}={v}" for k, v in sorted(pairs.items())))
-        try:
-            from pypto.codegen import generate_module
-            generate_module([compiled.kernel], kernel.machine).write(dump.folder("cpp"))
-        except Exception as e:   # codegen gaps must not stop a sim run; the notes say why
-            notes.append(f"C++: not written ({type(e).__name__}: {e})")
+        not_written = write_cpp(dump, [compiled.kernel], kernel.machine)   # codegen gaps never stop a sim run
+        if not_written:
+            notes.append(f"C++: not written ({not_written})")
         dump.write("build", text="\n".join(notes))
     except OSError:
         return None
