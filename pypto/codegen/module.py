@@ -105,8 +105,12 @@ def _body(abi: KernelABI, kernel_text: str) -> tuple[str, str]:
                            f"expect ({launch!r} and {params!r} once each)")
     unit = unit.replace(launch, "launch(*config, kernel_name, message")
     unit = unit.replace(params, f"{INDENT}{_ENTRY_PARAMS}, const char* kernel_name)")
-    unit = re.sub(rf"(?<![A-Za-z0-9_])(pypto_launch_)?{re.escape(abi.ident)}",
-                  lambda m: (m.group(1) or "") + _BODY, unit)
+    # the kernel's own names only, as whole tokens: its namespace, its cpu entry, its device entry (a
+    # kernel named f, T or min must leave float, TADD and pypto::min alone)
+    names = {abi.namespace: f"{_BODY}_kernel", abi.cpu_entry: f"pypto_launch_{_BODY}"}
+    unit = re.sub(rf"(?<![A-Za-z0-9_])(?:{'|'.join(map(re.escape, names))})(?![A-Za-z0-9_])",
+                  lambda m: names[m.group(0)], unit)
+    unit = unit.replace(f"AICORE void {abi.ident}(", f"AICORE void {_BODY}(")
     unit = _without_comments(unit)
     name = f"pypto_body_{hashlib.sha256(unit.encode()).hexdigest()[:20]}"
     return name, unit.replace(_BODY, name)

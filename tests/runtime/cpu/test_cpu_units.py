@@ -152,6 +152,21 @@ def test_kernels_that_differ_only_in_their_names_compile_one_body(counted, monke
     torch.testing.assert_close(z, x + y, rtol=0, atol=0)
 
 
+def test_a_kernel_named_like_a_prefix_of_the_code_it_calls_builds(counted):
+    """Only the kernel's own names are replaced by its body's (a name f, T or min is a prefix of float,
+    TADD and pypto::min): the three compile as one body, each against torch."""
+    a = ck.vector_add(F32)
+    kernels = [_renamed(a, name) for name in ("f", "T", "min")]
+    assert len(generate_module(kernels).units) == 1
+    cpu.build(kernels)
+    g = torch.Generator().manual_seed(5)
+    x, y = torch.randn(37, 256, generator=g), torch.randn(37, 256, generator=g)
+    for k in kernels:
+        z = torch.zeros_like(x)
+        cpu.run_kernel(k, {"x": x, "y": y, "z": z}, block_dim=3, threads=2)
+        torch.testing.assert_close(z, x + y, rtol=0, atol=0)
+
+
 def _record_progress(monkeypatch) -> list:
     """The bars units.py opens: their total, description, unit and the updates they got."""
     seen = []
