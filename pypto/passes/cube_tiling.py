@@ -71,14 +71,10 @@ def matmul_program(g, n, storage, out_acc, scope, name):
     spec = scope.machine
     item = a_info.dtype.itemsize
     acc_dt = dtypes.int32 if not a_info.dtype.is_floating else dtypes.float32
-    mt, nt, kt, splits = cube_tiles(M, N, K, batch, a_info.dtype, spec, attrs.get("cube_tile"), node["loc"])
+    (mt, nt, kt, splits), k_window, skip = _tiles_and_windows(g, n, M, N, K, scope)
     if splits > 1:
-        window = _k_window(g, a_src, M, K, mt, kt) if scope.static_masks and not a_trans else None
-        return _split_k(g, n, storage, out_acc, scope, name, splits, (mt, nt, kt), window)
-    window = None
-    if scope.static_masks:
-        window = _k_window(g, a_src, M, K, mt, kt) if not a_trans else None
-        window = _skip_ignored(g, n, M, N, K, mt, nt) or window
+        return _split_k(g, n, storage, out_acc, scope, name, splits, (mt, nt, kt), k_window)
+    window = skip or k_window
     return _build(name, a_acc, b_acc, (ta, a_row, a_col), (tb, b_row, b_col), a_info, b_info, out, out_acc,
                   batch, M, N, K, (mt, nt, kt), acc_dt, 1, scope, node, out.dtype, window)
 
@@ -101,6 +97,23 @@ def _k_window(g, a_src, M, K, mt, kt):
     return window
 
 
+def _tiles_and_windows(g, n, M, N, K, scope):
+    """The one tile choice of matmul ``n`` ((mt, nt, kt, splits), cube_tiles) with its static-mask windows:
+    the K window of a masked A (_k_window; None for a transposed A or without static masks) and, unsplit,
+    the window of output tiles nothing reads (_skip_ignored). matmul_program lowers by it; a_columns_read
+    tells A's producer what it reads by the same choice."""
+    node = g.node(n)
+    a_src = node["inputs"][0]
+    tiles = cube_tiles(M, N, K, g.info(n).shape[:-2], g.info(a_src).dtype, scope.machine,
+                       node["attrs"].get("cube_tile"), node["loc"])
+    mt, nt, kt, splits = tiles
+    if not scope.static_masks:
+        return tiles, None, None
+    k_window = None if node["attrs"].get("a_trans") else _k_window(g, a_src, M, K, mt, kt)
+    skip = _skip_ignored(g, n, M, N, K, mt, nt) if splits == 1 else None
+    return tiles, k_window, skip
+
+
 def a_columns_read(g, n, scope):
     """(mt, end) when matmul ``n`` reads, in its M tile m, only A's columns below ``end(m)`` (its K window,
     _k_window); None when it may read every column. The same tile choice as matmul_program."""
@@ -108,13 +121,10 @@ def a_columns_read(g, n, scope):
     attrs = node["attrs"]
     if not scope.static_masks or attrs.get("a_trans"):
         return None
-    a_src = node["inputs"][0]
-    a_info, out = g.info(a_src), g.info(n)
-    M, N, K = out.shape[-2], out.shape[-1], a_info.shape[-1]
-    mt, nt, kt, splits = cube_tiles(M, N, K, out.shape[:-2], a_info.dtype, scope.machine, attrs.get("cube_tile"),
-                                    node["loc"])
-    window = _k_window(g, a_src, M, K, mt, kt)
-    if splits > 1 or window is None or _skip_ignored(g, n, M, N, K, mt, nt) is not None:
+    out = g.info(n)
+    M, N, K = out.shape[-2], out.shape[-1], g.info(node["inputs"][0]).shape[-1]
+    (mt, _, _, splits), window, skip = _tiles_and_windows(g, n, M, N, K, scope)
+    if splits > 1 or window is None or skip is not None:
         return None
 
     def end(m):
