@@ -10,7 +10,6 @@ import torch
 
 from .. import dtypes, symbolic as sym
 from ..errors import PyptoError, ShapeError, TypeMismatchError, user_location
-from ..ops import load_all
 from ..ops.registry import OpDef, get_op, ops_of_form
 from . import context as ctx
 from .hints import stamp as _stamp_hints
@@ -121,7 +120,6 @@ def _make_binary(op: OpDef):
 
 
 # one function per registered op that has a form (pypto/ops/registry.py FORMS): pypto.exp, pypto.add...
-load_all()
 for _op in ops_of_form("unary"):
     globals()[_op.name] = _make_unary(_op)
 for _op in ops_of_form("binary") + ops_of_form("comparison"):

@@ -14,8 +14,7 @@ import torch
 
 from .. import dtypes, symbolic
 from ..errors import NoSuchMethodError, PyptoError, TypeMismatchError, UnsupportedOpError
-from ..ops import load_all
-from ..ops.registry import REGISTRY, numel
+from ..ops.registry import REGISTRY, numel      # importing pypto.ops registers every op (ops/__init__.py)
 from . import context as ctx
 
 
@@ -208,7 +207,6 @@ METHODS = {
     "split": "split", "chunk": "chunk", "tril": "tril", "triu": "triu", "gather": "gather",
     "index_select": "index_select", "masked_fill": "masked_fill",
 }
-load_all()
 METHODS |= {op.name: op.name for op in REGISTRY.values() if op.form is not None}
 for _name, _fn in METHODS.items():
     setattr(Tensor, _name, _method(_fn))

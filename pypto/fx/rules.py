@@ -16,7 +16,6 @@ import torch
 from .. import dtypes, symbolic as sym
 from ..frontend import api
 from ..frontend.tensor import Tensor
-from ..ops import load_all
 from ..ops.registry import REGISTRY
 from .meta import ConversionError, is_f64_scalar, size_expr
 
@@ -428,7 +427,6 @@ VIEW_AS_RESHAPE = [aten.view.default, aten._unsafe_view.default, aten.reshape.de
 CPU_ONLY = _on_cpu_strided
 
 RULES: dict = {}
-load_all()
 for _op in REGISTRY.values():
     if _op.form is not None:
         for _overload, _defaults in one_to_one_overloads(_op):
