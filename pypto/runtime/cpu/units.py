@@ -7,7 +7,9 @@ Contract:
 - Every unit starts with ``pypto/kernel_unit.hpp`` (``-include``). With g++ that header is
   precompiled once per compiler, flags and header content (``<cache>/pch/<key>/``), in the
   background after the first build's units (``precompiled_header``); a .gch g++ cannot use is a warning
-  (-Winvalid-pch), never a silent slow path.
+  (-Winvalid-pch), never a silent slow path. A .gch g++ failed to make is recorded in its folder
+  (``failed.log``): later builds and processes with that compiler, flags and header skip straight to
+  building without one instead of retrying it.
 - An object is cached by its content (``<cache>/objects/<key>.o``, the key a hash of the compiler
   command and version, the host CPU, the flags, pypto's headers and the unit's text): a kernel whose
   C++ another module or call already compiled is not compiled again, and the runtime unit is compiled
@@ -45,6 +47,7 @@ RUNTIME_TEXT = "// The launch runtime's members and TMATMUL's fp32 product, comp
                "#include <pypto/cpu_runtime_impl.hpp>\n" \
                "#include <pto/cpu/gemm.hpp>\n"
 ABI_SOURCE = ABI_VERSION + "\n"
+PCH_FAILED = "failed.log"      # in a pch folder: g++ could not make that .gch (its output); never retried
 
 
 def jobs() -> int:
@@ -132,13 +135,16 @@ def precompiled_header(cxx, flags) -> tuple[list[str], str, Path | None]:
     cache has it, else ([], "", the folder to build it in): the caller starts it in the background
     for later builds (``_warm``) once its own units are compiled, so that on a cold cache a build
     neither waits for it nor shares the CPUs with it (g++ spends longer making it than the 0.3 s a
-    unit saves by it, with a few units a build). ([], "", None) for a compiler other than g++."""
+    unit saves by it, with a few units a build). ([], "", None) for a compiler other than g++, and
+    where making this .gch failed before (``failed.log``, by any process)."""
     if not compiler.is_gcc(cxx):
         return [], "", None
     folder = compiler.cache_root() / "pch" / _identity(cxx, flags)
     log_path = folder / "build.log"
     if (folder / f"{UNIT_HEADER}.gch").is_file() and log_path.is_file():
         return [f"-I{folder}"], log_path.read_text(), None
+    if (folder / PCH_FAILED).is_file():
+        return [], "", None
     return [], "", folder
 
 
@@ -158,8 +164,8 @@ def _warm(cxx, flags, folder: Path) -> None:
 
 
 def _build_pch(cxx, flags, folder: Path) -> None:
-    """Make the .gch of ``folder`` (a failure leaves none: units then parse the headers themselves;
-    a cache folder removed meanwhile is no error either)."""
+    """Make the .gch of ``folder`` (a failure leaves none, and its output in ``failed.log``: units then
+    parse the headers themselves; a cache folder removed meanwhile is no error either)."""
     gch = folder / f"{UNIT_HEADER}.gch"
     tmp = gch.with_name(f".{gch.name}.{os.getpid()}")
     try:
@@ -176,6 +182,8 @@ def _build_pch(cxx, flags, folder: Path) -> None:
         if proc.returncode == 0 and tmp.is_file():
             os.replace(tmp, gch)
             _atomic_write(folder / "build.log", (proc.stdout + proc.stderr).encode())   # last: the .gch is whole
+        else:
+            _atomic_write(folder / PCH_FAILED, f"exit status {proc.returncode}\n{proc.stdout}{proc.stderr}".encode())
     except OSError:
         pass
     finally:

@@ -84,7 +84,7 @@ def _wait_for_pch(timeout=120.0):
     deadline = time.monotonic() + timeout
     root = compiler.cache_root()
     for folder in [f for f in units._WARMING if root in f.parents]:
-        while not (folder / "build.log").is_file():
+        while not (folder / "build.log").is_file() and not (folder / units.PCH_FAILED).is_file():
             assert time.monotonic() < deadline, f"no precompiled header in {folder}"
             time.sleep(0.1)
 
@@ -209,6 +209,31 @@ def test_the_precompiled_header_is_made_once_then_used_and_a_damaged_one_warns(c
     with pytest.warns(BuildWarning, match="kernel_unit.hpp.gch"):
         cpu.build([kernel])
     _check_scale(kernel, 64)
+
+
+def test_a_failed_precompiled_header_is_recorded_and_not_retried(counted, tmp_path, monkeypatch):
+    """g++ cannot make the .gch (the wrapper fails its -x c++-header run): the failure is recorded in
+    the cache, and a later process with the same compiler, flags and header builds without one
+    straight away (no second attempt), its kernels still right."""
+    wrapper = Path(units.compiler.compiler()[0])
+    wrapper.write_text(wrapper.read_text().replace(
+        "exec ", 'case " $* " in *" c++-header "*) echo "bogus pch failure" >&2; exit 1 ;; esac\nexec ', 1))
+    cpu.build([ck.scale_rows(cols=256)])
+    _wait_for_pch()
+    assert counted().count("pch") == 1
+    failed = list((Path(compiler.cache_root()) / "pch").glob(f"*/{units.PCH_FAILED}"))
+    assert len(failed) == 1 and "bogus pch failure" in failed[0].read_text()
+    assert not list((Path(compiler.cache_root()) / "pch").glob("*/pypto/kernel_unit.hpp.gch"))
+    # a later process: nothing of this one's in-memory state left
+    _forget(monkeypatch)
+    monkeypatch.setattr(units, "_WARMING", set())
+    started = []
+    monkeypatch.setattr(units, "_warm", lambda *a: started.append(a))
+    kernel = ck.scale_rows(cols=128)
+    _, result = cpu.build([kernel])
+    assert started == [] and counted().count("pch") == 1
+    assert "-Winvalid-pch" not in (result.library.parent / "build.cmd").read_text()
+    _check_scale(kernel, 128)
 
 
 def test_optimisation_level_follows_the_kernel(monkeypatch):
