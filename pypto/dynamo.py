@@ -100,8 +100,10 @@ def pypto_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
     from torch._dynamo.exc import RestartAnalysis
 
     from .fx.locations import remember_locations
+    from .fx.pre_autograd import rewrite_sdpa
     opts = parse_options(options)
     remember_locations(gm)
+    rewrite_sdpa(gm)
     if mode not in (None, "default") or kwargs:
         log.info("pypto backend ignores mode=%r and %s", mode, sorted(kwargs))
     gid = next(_graph_ids)
@@ -131,7 +133,8 @@ def pypto_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None
 
 
 def decompositions() -> dict:
-    """Core ATen decompositions, plus those of the composite ops pypto has no function for yet."""
+    """Core ATen decompositions (less those that are wrong under autograd: fx/pre_autograd.py), plus
+    those of the composite ops pypto has no function for yet."""
     from .fx.rules import DECOMPOSABLE, RULES
     return _decompositions(tuple(op for op in DECOMPOSABLE if RULES[op].missing()))
 
@@ -139,7 +142,10 @@ def decompositions() -> dict:
 @functools.lru_cache(maxsize=8)
 def _decompositions(extra: tuple) -> dict:
     from torch._decomp import core_aten_decompositions, get_decompositions
+    from .fx.pre_autograd import EXCLUDED_DECOMPOSITIONS
     table = dict(core_aten_decompositions())
+    for op in EXCLUDED_DECOMPOSITIONS:
+        table.pop(op, None)
     table.update(get_decompositions(list(extra)))
     return table
 

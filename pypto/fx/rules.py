@@ -356,7 +356,19 @@ def _embedding(cx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sp
 
 
 def _pad(cx, input, pad, value=0):
-    return fn("pad")(input, list(pad), value=value)
+    """constant_pad_nd; a negative amount crops (the backward of a pad is a pad by minus its amounts)."""
+    pad = [size_expr(p) for p in pad]
+    for k in range(0, len(pad), 2):
+        lo, hi = pad[k], pad[k + 1]
+        dim = input.ndim - 1 - k // 2
+        crop_lo = -lo if isinstance(lo, int) and lo < 0 else 0
+        crop_hi = -hi if isinstance(hi, int) and hi < 0 else 0
+        if crop_lo or crop_hi:
+            input = _box(input, dim, crop_lo, sym.simplify(input.shape[dim] - crop_lo - crop_hi))
+            pad[k], pad[k + 1] = max(lo, 0) if crop_lo else lo, max(hi, 0) if crop_hi else hi
+    if all(isinstance(p, int) and p == 0 for p in pad):
+        return input
+    return fn("pad")(input, pad, value=value)
 
 
 def _softmax(name):
