@@ -110,13 +110,18 @@ def _check_types(g: TensorGraph, ops) -> None:
             n_in = ops[op].num_inputs
             if n_in is not None and len(infos) != n_in:
                 _fail(g, nid, f"'{op}' takes {n_in} operands, found {len(infos)}")
-            if any(isinstance(v, (list, tuple)) for v in infos):
-                _fail(g, nid, "an operand is a multi-result loop node; read it through loop_result")
+            # a kernel node (ops/kernel_node.py) has one result per written argument, read by kernel_result
+            if any(isinstance(v, (list, tuple)) for v in infos) and op != "kernel_result":
+                _fail(g, nid, "an operand is a multi-result node; read it through loop_result / kernel_result")
             try:
                 again = ops[op].infer(infos, dict(node["attrs"]))
             except PyptoError as e:
                 _fail(g, nid, f"'{op}' rejects its recorded operands: {e.message}")
-            if not _same_value(again, node["out"]):
+            if isinstance(again, list):
+                if not (isinstance(node["out"], list) and len(again) == len(node["out"])
+                        and all(_same_value(a, b) for a, b in zip(again, node["out"]))):
+                    _fail(g, nid, f"'{op}' infers {len(again)} results that the node does not record")
+            elif not _same_value(again, node["out"]):
                 _fail(g, nid, f"'{op}' infers {_fmt(again)} but the node records {_fmt(node['out'])}")
 
 

@@ -15,6 +15,7 @@ union-find nodes: fusing two ops identifies the dims their shared value runs alo
   access   views of GM data: view (box), reshape, expand, transpose, permute
   matmul   the cube
   scalar / source / assemble / loop / loop_result / concat / pad / fillpad / gather / index_select
+  kernel / kernel_result   a pl / pt kernel called as a node (passes/kernel_nodes.py)
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ CLASS = {
     "view": "access", "reshape": "access", "expand": "access", "transpose": "access", "permute": "access",
     "matmul": "matmul", "assemble": "assemble", "loop": "loop", "loop_result": "loop_result",
     "concat": "concat", "pad": "pad", "fillpad": "fillpad", "gather": "gather", "index_select": "index_select",
+    "custom_kernel": "kernel", "kernel_result": "kernel_result",
 }
 
 

@@ -15,8 +15,11 @@ import sympy
 from ..ir.block import (BLOCK_IDX, BLOCK_NUM, SUBBLOCK_IDX, Block, CoreType, CrossCoreSetFlag, CrossCoreWaitFlag, For,
                         GMParam, GMRegion, If, Instr, Kernel, PipeBarrier, SetFlag, TileDecl, WaitFlag)
 from ..ir.execution import ExecutionGraph, Loop, Region, Task
+from ..ir.kernel_node import KernelCall
 from ..ir.tile_graph import TileGraph, TileLoop
+from .kernel_nodes import lower_call
 from .exprs import subs as fast_subs
+from .flash import lower_flash
 from .to_blocks import lower_program
 
 LAUNCH_SYMBOLS = {BLOCK_IDX, BLOCK_NUM, SUBBLOCK_IDX}
@@ -191,8 +194,13 @@ def lower_blocks(tg: TileGraph, machine) -> BlockGraph:
         if pkey in seen_programs:
             kname, block_dim, binding = seen_programs[pkey]
         else:
-            core = CoreType.AIC if p.kind == "matmul" else CoreType.AIV
-            kernel, block_dim, reg = lower_program(p, machine, core)
+            if p.kind == "flash":               # one cube <-> vector cluster kernel (passes/flash.py)
+                kernel, block_dim, reg = lower_flash(p, machine)
+            else:
+                core = CoreType.AIC if p.kind == "matmul" else CoreType.AIV
+                kernel, block_dim, reg = lower_program(p, machine, core)
+            if "flash" in p.attrs and p.kind != "flash":     # why the attention here is not one flash kernel
+                kernel.attrs["decisions"]["flash"] = p.attrs["flash"]
             binding = {}
             for b in kernel.blocks:
                 binding.update(parameterise(b))
@@ -215,6 +223,8 @@ def lower_blocks(tg: TileGraph, machine) -> BlockGraph:
         for it in items:
             if isinstance(it, TileLoop):
                 out.append(Loop(it.var, it.start, it.stop, it.step, rec(it.body), it.loc))
+            elif isinstance(it, KernelCall):
+                out.append(lower_call(it, kernels))      # a pl / pt kernel called as a node
             else:
                 out.append(task_of(it))
         return out

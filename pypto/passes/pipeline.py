@@ -19,9 +19,11 @@ from ..ops.registry import REGISTRY
 from ..ops.shape_rules import fmt_shape
 from .autocast import autocast
 from .canonicalize import canonicalize
+from .cross_core import insert_handoff_flags
 from .decompose import decompose
 from .hints import check_hints
 from .index_checks import CHECK_KIND
+from .kernel_nodes import is_prebuilt
 from .kernels import BlockGraph, lower_blocks
 from .manager import PassManager
 from .memory import plan_memory
@@ -42,6 +44,8 @@ def _machine(machine) -> MachineSpec:
 
 def _memory(bg: BlockGraph, spec) -> BlockGraph:
     for name, k in bg.graph.kernels.items():
+        if is_prebuilt(k):                    # a pl / pt kernel called as a node: placed by its front end
+            continue
         used = {str(b.core): plan_memory(b, spec, bg.regions.get(name)) for b in k.blocks}
         k.attrs.setdefault("decisions", {})["memory"] = used        # the report's decisions
     return bg
@@ -49,9 +53,12 @@ def _memory(bg: BlockGraph, spec) -> BlockGraph:
 
 def _sync(bg: BlockGraph, spec) -> BlockGraph:
     for k in bg.graph.kernels.values():
+        if is_prebuilt(k):
+            continue
         for b in k.blocks:
             synchronize(b, spec)
             insert_barriers(b)
+        insert_handoff_flags(k.blocks, spec)      # cluster kernels (passes/flash.py); no-op for one core type
     return bg
 
 
@@ -84,10 +91,11 @@ def refuse_zero_size(g) -> None:
 
 
 def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = True, multibuffer: bool = True,
-          static_masks: bool = True):
+          static_masks: bool = True, flash: bool = True):
     """Lower a TensorGraph to an ExecutionGraph (kernels in Block IR, tasks, buffers, loops).
     ``multibuffer=False`` keeps one copy of each loop workspace (passes/multibuffer.py), ``static_masks=False``
-    computes the tiles a compile-time mask discards (passes/static_masks.py), for comparisons."""
+    computes the tiles a compile-time mask discards (passes/static_masks.py), ``flash=False`` keeps attention as
+    separate cube and vector tasks instead of one cluster kernel (passes/flash.py), for comparisons."""
     refuse_zero_size(graph)
     spec = _machine(machine)
     pm = PassManager(graph.name, dump, verify)
@@ -99,12 +107,14 @@ def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = 
     g = pm.run("canonicalize", canonicalize, g, verifier=_verify_graph)
     g = pm.run("autocast", autocast, g, verifier=_verify_graph)
     check_hints(g, spec)                      # the ops the rewrites re-traced with their hints
-    tg = pm.run("tile", build_tile_graph, g, spec, fuse=fuse, static_masks=static_masks)
+    tg = pm.run("tile", build_tile_graph, g, spec, fuse=fuse, static_masks=static_masks,
+                flash=flash)
     bg = pm.run("blocks", lower_blocks, tg, spec)
     bg = pm.run("memory", _memory, bg, spec)
     bg = pm.run("sync", _sync, bg, spec, verifier=_verify_blocks)
     eg = pm.run("final", lambda b: multibuffer_workspaces(b.graph, spec) if multibuffer else b.graph, bg)
     eg.index_checks = [(name, o.check) for name, o in zip(eg.outputs, g.outputs) if o.kind == CHECK_KIND]
+    eg.scalar_reads = dict(graph.scalar_reads)     # data scalars: read by the control program (runtime/host)
     return eg
 
 

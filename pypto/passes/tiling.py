@@ -27,7 +27,7 @@ from .. import symbolic as sym
 from ..errors import CompileError
 from ..ir.execution import Buffer
 from ..ir.tile_graph import TileGraph, TileLoop
-from . import out_params, storage as st
+from . import flash, kernel_nodes, out_params, storage as st
 from .fusion import plan_fusion
 from .iterspace import op_class
 from .exprs import same
@@ -79,12 +79,16 @@ class _Scope:
     def _bound(self, d):
         if isinstance(d, int) or not (d.free_symbols & self.loop_vars.keys()):
             return d
+        mins = [a for a in sympy.Add.make_args(d) if isinstance(a, sympy.Min)] if isinstance(d, sympy.Add) else []
+        if len(mins) == 1:
+            # min(i*t + t, n) - i*t is min(t, n - i*t): bounded by t, the loop-free argument
+            d = sympy.Min(*(sym.simplify(a + d - mins[0]) for a in mins[0].args))
         if isinstance(d, sympy.Min):
             free = [a for a in d.args if not (a.free_symbols & self.loop_vars.keys())]
             if free:
                 return sym.simplify(sympy.Min(*free)) if len(free) > 1 else free[0]
         loops = [v for v in d.free_symbols if v in self.loop_vars]
-        if len(loops) == 1 and sympy.Poly(d, loops[0]).degree() == 1:
+        if len(loops) == 1 and _degree(d, loops[0]) == 1:
             # linear in one loop index: largest at an end of the loop's range
             lo, hi = self.loop_vars[loops[0]]
             ends = [sym.simplify(d.subs(loops[0], e)) for e in (lo, hi)]
@@ -116,10 +120,11 @@ class _Scope:
         return self._views[key]
 
 
-def build_tile_graph(g, machine, *, fuse: bool = True, static_masks: bool = True) -> TileGraph:
+def build_tile_graph(g, machine, *, fuse: bool = True, static_masks: bool = True, flash: bool = True) -> TileGraph:
     buffers: dict = {}
     scope = _Scope(machine, buffers)
     scope.static_masks = static_masks
+    scope.flash = flash                   # attention as one cluster kernel (flash.py)
     inputs = []
     for k, nid in enumerate(g.inputs):
         info = g.info(nid)
@@ -174,6 +179,7 @@ class _Body:
         self.homes: dict = {}        # node -> Access decided ahead (in-place targets)
         self.inplace: set = set()    # assemble nodes written in place
         self.carried: dict = {}      # loop node -> [buffer Access per carried value]
+        self.kernel_homes: dict = {}  # kernel node -> [buffer Access per written argument] (kernel_nodes.py)
 
     # ------------------------------------------------------------------ planning ahead
     def _later_users_ok(self, d, a) -> bool:
@@ -238,6 +244,8 @@ class _Body:
             op = g.op(n)
             if op == "loop":
                 self._plan_loop(n)
+            elif op == "custom_kernel":
+                kernel_nodes.plan(self, n)
             elif op == "assemble":
                 d, s = g.node(n)["inputs"]
                 ok = (self._later_users_ok(d, n)
@@ -301,10 +309,16 @@ class _Body:
     # ------------------------------------------------------------------ emission
     def run(self):
         self._plan()
+        flash.plan_body(self)                 # attention shapes: one flash kernel each (flash.py)
         from .vector_tiling import NeedsCopy, VectorTiler
         g = self.g
         late = {f for f, _ in self.late}      # written arguments copied at the end: their programs store them
         for kind, ident in self.plan.order:
+            if ident in self.flash_skip and kind in ("group", "node"):
+                continue                      # computed inside a flash kernel
+            if kind == "group" and ident in self.flash_at:
+                flash.emit(self, self.flash_at[ident])
+                continue
             if kind == "group":
                 grp = self.plan.groups[ident]
                 if grp.kind == "matmul":
@@ -318,6 +332,9 @@ class _Body:
                         except NeedsCopy as need:
                             self._copy_contiguous(need.src)
                     progs = prog if isinstance(prog, list) else [prog]
+                    if n in self.flash_why:
+                        for p in progs:
+                            p.attrs["flash"] = f"not flash: {self.flash_why[n]}"
                     _record_tile_source(g, [n], progs, "cube_tile")
                     self.items.extend(progs)
                     self._extra_copies(n, acc)
@@ -462,6 +479,10 @@ class _Body:
         elif cls == "loop_result":
             loop = node["inputs"][0]
             self.storage[n] = self.carried[loop][node["attrs"]["index"]]
+        elif cls == "kernel":
+            kernel_nodes.emit(self, n)
+        elif cls == "kernel_result":
+            kernel_nodes.result(self, n)
         else:
             raise CompileError(f"op '{g.op(n)}' is not lowered yet", loc=node["loc"])
 
@@ -617,3 +638,11 @@ def _derive_access(g, n, storage, scope):
 
 
 __all__ = ["build_tile_graph", "TileLoop"]
+
+
+def _degree(d, var):
+    """d's degree as a polynomial in var; None when it is none (a Min or Max of var, a floor)."""
+    try:
+        return sympy.Poly(d, var).degree()
+    except sympy.PolynomialError:
+        return None

@@ -168,6 +168,10 @@ class Launch:
     def __call__(self, *args, **kwargs):
         loc = user_location()
         k = self.kernel
+        from ..frontend.kernel_call import traced_call
+        if traced_call(args, kwargs):
+            from .node import traced_launch         # called inside a traced function: one graph node
+            return traced_launch(k, self.grid, args, kwargs, loc)
         bound = k.bind(args, kwargs, loc)
         grid = _grid(self.grid, bound.arguments, k.name, loc)
         key, tensors = k.signature_key(bound, loc)
@@ -254,7 +258,9 @@ def bind_sizes(program: KernelProgram, tensors: dict, loc) -> dict:
 
 
 def kernel(fn=None, **options):
-    """``@pt.kernel`` or ``@pt.kernel(backend="cpu", machine="a2a3", dump=dir, timing_only=True)``."""
+    """``@pt.kernel`` or ``@pt.kernel(backend="cpu", machine="a2a3", dump=dir, timing_only=True)``.
+    ``kernel[grid](...)`` with pypto Tensors inside a traced function is one node of its graph
+    (pypto/tile/node.py)."""
     if fn is None:
         return lambda f: TileKernel(f, **options)
     return TileKernel(fn, **options)

@@ -30,8 +30,10 @@ from .types import STATIC, ScalarAnnotation, TensorAnnotation
 
 class ProKernel:
     def __init__(self, fn, *, backend: str | None = None, pipeline=None, tiling_key=None, machine=None,
-                 auto_sync: bool = True, timing_only: bool = False, trace=None, dump=None, name=None):
+                 auto_sync: bool = True, timing_only: bool = False, trace=None, dump=None, name=None,
+                 reference=None):
         self.fn = fn
+        self.reference = reference           # torch semantics of a launch, for traced calls (see _Launch)
         self.name = user_name(name, "pl.jit", default=getattr(fn, "__name__", "kernel"))
         self.signature = evaluated_signature(fn, self.name, LaunchError)
         self.backend = backends.check_backend(backend) if backend else None
@@ -143,10 +145,10 @@ class ProKernel:
         self.last_build_dir = getattr(compiled, "build_dir", None)
         return compiled, tensor_args, env
 
-    def _compile(self, cache_key, key_values, tensors, scalars, consts):
+    def _compile(self, cache_key, key_values, tensors, scalars, consts, machine=None):
         from .compiler import compile_kernel
         variant = self.name + (key_values.suffix() if key_values is not None else "")
-        compiled = compile_kernel(self.fn, variant, tensors, scalars, consts, machine=self.machine,
+        compiled = compile_kernel(self.fn, variant, tensors, scalars, consts, machine=machine or self.machine,
                                   tiling_key=key_values, pipeline=self.pipeline, auto_sync=self.auto_sync,
                                   base_name=self.name)
         self.compile_count += 1
@@ -163,6 +165,10 @@ class _Launch:
     @user_entry
     def __call__(self, *args, **kwargs):
         k = self.kernel
+        from pypto.frontend.kernel_call import traced_call
+        if traced_call(args, kwargs):
+            from .node import traced_launch
+            return traced_launch(k, self.block_dim, self.key, args, kwargs)
         compiled, tensor_args, env = k._prepare(args, kwargs, self.key)
         backend = k.backend or backends.get_backend()
         if backend == "reference":
@@ -185,7 +191,14 @@ def _hashable(v):
 def jit(fn=None, **options):
     """Decorate a Professional-mode kernel. Options: backend ("sim" | "cpu"), pipeline
     (pl.PipelineConfig), tiling_key (pl.TilingKey), machine ("a2a3" | "a5"), auto_sync (default True),
-    timing_only, trace (Chrome-trace path, sim), dump (build dir root)."""
+    timing_only, trace (Chrome-trace path, sim), dump (build dir root), reference (a function of the
+    kernel's arguments on torch tensors that writes its outputs in place: the kernel's meaning for the
+    ``reference`` backend when it is called inside a traced pypto function; without it the reference
+    backend runs the kernel on ``sim``).
+
+    Called with pypto Tensors inside a ``pypto.jit`` function or a ``pypto.nn.Module`` forward,
+    ``kernel[stream, block_dim](...)`` is one node of the traced graph (pypto_pro/language/node.py): the
+    arguments it writes take their new values, which the launch also returns."""
     if fn is None:
         return lambda f: ProKernel(f, **options)
     return ProKernel(fn, **options)
