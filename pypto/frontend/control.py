@@ -1,34 +1,81 @@
 """``pypto.loop``: a loop whose body is traced once with a symbolic index and whose trip count is
-known only at run time. Tensors written in the body (``out[...] = v``) are carried through it."""
+known only at run time. Tensors written in the body (``out[...] = v``) are carried through it.
+
+Run-time control (the AICPU's control program decides, from sizes, loop indices and data scalars):
+  * ``pypto.item(t, i)`` / ``t[i].item()`` (frontend/scalars.py): an element of an integer argument
+    as a symbolic value — a loop bound, a view offset, a valid shape, index arithmetic.
+  * ``pypto.cond(pred, true_fn, false_fn)`` and, in a ``@pypto.jit`` function's own body, ``if`` /
+    ``a if c else b`` / ``and`` / ``or`` / ``not`` / comparisons on symbolic values (rewritten by
+    frontend/conditions.py): a condition decided at trace time (over the loops' index ranges) runs
+    one side; else both sides are traced, each as a loop of 1 trip when its side is taken and 0 when
+    not — a branch of the control program. A tensor bound on either side and used after is merged
+    through a buffer both sides write; a scalar is merged as ``Piecewise``.
+  * ``pypto.is_loop_begin(i)`` / ``pypto.is_loop_end(i)``: the first / last iteration of ``i``'s loop.
+A condition that can be neither decided now nor branched on at run time (a tensor's values, a
+``while`` or ``assert`` on a run-time value) is an error at the user's line, never silently False.
+"""
 from __future__ import annotations
 
 import itertools
 
+import sympy
+from sympy.core.relational import Relational
+from sympy.logic.boolalg import Boolean, BooleanAtom
+
 from .. import symbolic as sym
-from ..errors import PyptoError, user_location
+from ..errors import PyptoError, TypeMismatchError, user_location
 from ..ir.tensor_graph import OutputSpec, TensorGraph, ValueInfo
 from . import context as ctx
+from .scalars import item
 from .tensor import Tensor
 
 _ids = itertools.count()
+# index symbol -> (first value, last value) of the pypto.loop being traced
+_loop_ends: dict = {}
+# loop hints pypto accepts and does not use (CANN's unroll_list): (loc, hint) per loop, for the report
+ignored_hints: list = []
+
+
+def _bound(what, v, loc):
+    """A loop bound: an int, a size / symbolic expression, or a one-element integer tensor (read by the
+    control program, as pypto.item)."""
+    if isinstance(v, Tensor):
+        if not v.dtype.is_integer:
+            raise TypeMismatchError(f"pypto.loop {what} is a {v.dtype} tensor; a loop bound is an integer",
+                                    loc=loc, hint="pass the count as an int32 / int64 tensor, or a size")
+        return item(v) if all(isinstance(d, int) and d == 1 for d in v.shape) else _not_one(what, v, loc)
+    if isinstance(v, float) or (isinstance(v, sympy.Basic) and v.is_number and not v.is_Integer):
+        raise TypeMismatchError(f"pypto.loop {what} must be an integer, found {v}", loc=loc)
+    return v
+
+
+def _not_one(what, v, loc):
+    raise PyptoError(f"pypto.loop {what} is a tensor of shape {list(v.shape)}; a loop bound is one element",
+                     loc=loc, hint="index it (lens[b]) or read it with pypto.item(lens, b)")
 
 
 class loop:
     """``for i in pypto.loop(start, stop=None, step=1)``: like ``range``; bounds may be sizes
-    (``x.shape[0]``), symbolic expressions (``pypto.ceildiv(T, 64)``) or ints."""
+    (``x.shape[0]``), symbolic expressions (``pypto.ceildiv(T, 64)``), data scalars
+    (``pypto.item(lens, b)``), one-element integer tensors (``lens[b]``) or ints. ``name`` (CANN:
+    ``idx_name``) names the index; ``unroll_list`` (CANN) is accepted and recorded as an unused hint."""
 
-    def __init__(self, start, stop=None, step=1, name: str | None = None):
+    def __init__(self, start, stop=None, step=1, name: str | None = None, *, idx_name: str | None = None,
+                 unroll_list=None, **ignored):
+        self.loc = user_location()
+        if ignored:
+            raise TypeMismatchError(f"pypto.loop got unexpected keyword argument(s) {', '.join(sorted(ignored))}",
+                                    loc=self.loc)
         if stop is None:
             start, stop = 0, start
-        for what, v in (("start", start), ("stop", stop), ("step", step)):
-            if isinstance(v, Tensor):
-                raise PyptoError(f"pypto.loop {what} must be a size (int or symbolic), found a Tensor",
-                                 hint="use a shape entry such as x.shape[0] or pypto.ceildiv(n, 64)")
+        start, stop, step = (_bound(w, v, self.loc) for w, v in (("start", start), ("stop", stop), ("step", step)))
         if isinstance(step, int) and step <= 0:
-            raise PyptoError(f"pypto.loop step must be positive, found {step}")
+            raise PyptoError(f"pypto.loop step must be positive, found {step}", loc=self.loc)
         self.start, self.stop, self.step = sym.simplify(start), sym.simplify(stop), sym.simplify(step)
-        self.name = name
-        self.loc = user_location()
+        self.name = name or idx_name
+        if unroll_list is not None:
+            ignored_hints.append((self.loc, f"unroll_list={list(unroll_list)!r}: pypto does not unroll "
+                                            "pypto.loop bodies by a list of factors (hint ignored)"))
 
     def __iter__(self):
         parent = ctx.current()
@@ -37,10 +84,13 @@ class loop:
         body = TensorGraph(f"{parent.graph.name}.loop{n}")
         frame = ctx.push(body)
         ctx.loop_ranges[var] = (self.start, sym.simplify(self.stop - 1))
+        last = self.start + (sympy.ceiling((self.stop - self.start) / self.step) - 1) * self.step
+        _loop_ends[var] = (self.start, sym.simplify(last))
         try:
             yield var
         finally:
             del ctx.loop_ranges[var]
+            _loop_ends.pop(var, None)
             popped = ctx.pop()
             assert popped is frame
         self._close(parent, frame, var)
@@ -65,3 +115,351 @@ class loop:
                              self.loc)
             parent.mutated.setdefault(id(t), (t, og, onode))
             t._graph, t._node = g, res
+
+
+# ---------------------------------------------------------------------------------------------- conditions
+def is_loop_begin(i):
+    """``i == start`` of the pypto.loop ``i`` indexes (a condition for ``if`` / ``pypto.cond``)."""
+    return sympy.Eq(i, _ends(i)[0])
+
+
+def is_loop_end(i):
+    """``i`` is the last index its pypto.loop takes."""
+    return sympy.Eq(i, _ends(i)[1])
+
+
+def _ends(i):
+    if i not in _loop_ends:
+        raise PyptoError(f"pypto.is_loop_begin / is_loop_end take the index of an enclosing pypto.loop, found {i!r}")
+    return _loop_ends[i]
+
+
+def _int_like(e) -> bool:
+    return all(s.is_integer for s in e.free_symbols)
+
+
+def _decide(c):
+    """True / False when ``c`` holds / fails for every value of the loop indices being traced and every
+    positive size; None when it depends on run-time values."""
+    if isinstance(c, BooleanAtom):
+        return bool(c)
+    if isinstance(c, sympy.Not):
+        d = _decide(c.args[0])
+        return None if d is None else not d
+    if isinstance(c, (sympy.And, sympy.Or)):
+        ds = [_decide(a) for a in c.args]
+        if isinstance(c, sympy.And):
+            return False if False in ds else (True if all(d is True for d in ds) else None)
+        return True if True in ds else (False if all(d is False for d in ds) else None)
+    if isinstance(c, Relational) and _int_like(c):
+        e = sympy.expand(c.lhs - c.rhs)
+        r = ctx.loop_ranges
+
+        def nonneg(x):
+            try:
+                return sym.prove_nonnegative(x, r)
+            except (TypeError, ValueError):
+                return False
+        pos, neg, zero = nonneg(e - 1), nonneg(-e - 1), e == 0
+        ge0, le0 = zero or pos or nonneg(e), zero or neg or nonneg(-e)
+        if isinstance(c, sympy.Eq):
+            return True if zero else (False if pos or neg else None)
+        if isinstance(c, sympy.Ne):
+            return False if zero else (True if pos or neg else None)
+        if isinstance(c, sympy.StrictLessThan):
+            return True if neg else (False if ge0 else None)
+        if isinstance(c, sympy.LessThan):
+            return True if le0 else (False if pos else None)
+        if isinstance(c, sympy.StrictGreaterThan):
+            return True if pos else (False if le0 else None)
+        if isinstance(c, sympy.GreaterThan):
+            return True if ge0 else (False if neg else None)
+    return None
+
+
+def condition(pred, loc=None):
+    """``pred`` as True / False when trace time decides it, else a sympy Boolean for a run-time branch."""
+    if isinstance(pred, Tensor):
+        raise TypeMismatchError("a tensor's values as a condition: a traced pypto.Tensor has no truth value at "
+                                "trace time and the control program does not read whole tensors", loc=loc,
+                                hint="pypto.where(cond, a, b) chooses per element; pypto.item(t, i) reads one "
+                                     "element of an integer argument as a run-time scalar")
+    if isinstance(pred, (bool, int, float)) and not isinstance(pred, sympy.Basic):
+        return bool(pred)
+    if isinstance(pred, sympy.Basic):
+        if not isinstance(pred, Boolean):
+            if pred.is_number:
+                return bool(pred != 0)
+            pred = sympy.Ne(pred, 0)
+        d = _decide(pred)
+        return pred if d is None else d
+    return bool(pred)
+
+
+def static_bool(pred, what: str = "condition"):
+    """A condition Python itself branches on (``while``, ``assert``, an ``if`` holding ``return`` /
+    ``break`` / ``continue``): decided at trace time, or an error at the user's line."""
+    loc = user_location()
+    c = condition(pred, loc)
+    if isinstance(c, bool):
+        return c
+    raise PyptoError(f"the {what} {c} depends on run-time values and cannot be decided while tracing; "
+                     "here it cannot become a branch of the control program either", loc=loc,
+                     hint="write it as an `if` whose sides assign values (no return / break / continue in "
+                          "them), or as pypto.cond(pred, true_fn, false_fn)")
+
+
+_UNBOUND = type("Unbound", (), {"__repr__": lambda self: "<unbound>"})()
+
+
+class _Merge:
+    """How one value bound by the two sides of a run-time branch comes out of it."""
+
+    def __init__(self):
+        self.buffer = None      # the merge tensor (created in the parent before the first side that needs it)
+
+
+def _flat(v):
+    if isinstance(v, tuple):
+        return list(v), tuple
+    if isinstance(v, list):
+        return list(v), list
+    return [v], None
+
+
+def _in_parent(make):
+    """Run ``make()`` in the graph enclosing the branch body being traced (its node then precedes the loop)."""
+    frame = ctx._stack.pop()
+    try:
+        return make()
+    finally:
+        ctx._stack.append(frame)
+
+
+def _same(a, b) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        return False
+    try:
+        return bool(a == b) if not isinstance(a, sympy.Basic) else sym.equal(a, b) is True
+    except (TypeError, ValueError):
+        return False
+
+
+def _branch(c, fns, before, loc):
+    """Trace ``fns[0]`` and ``fns[1]`` as the two sides of a run-time branch on ``c`` (each a loop of 1
+    trip when its side is taken, else 0); the values they return merged. ``before``: the values before
+    the branch (those a side returns unchanged need no merge buffer), or None."""
+    from .api import assemble, zeros
+    trips = (sympy.Piecewise((1, c), (0, True)), sympy.Piecewise((0, c), (1, True)))
+    results, kinds = [], []
+    merges: dict = {}
+    sides = list(zip(fns, trips))
+    if fns[1] is None and before is None:
+        sides = sides[:1]               # pypto.cond(pred, fn): no else side to trace
+    for side, (fn, trip) in enumerate(sides):
+        lp = loop(0, trip, name=f"{'then' if side == 0 else 'else'}{next(_ids)}")
+        lp.loc = loc
+        for _ in lp:
+            out = fn() if fn is not None else (before if before is not None else None)
+            flat, kind = _flat(out)
+            if side == 1 and len(flat) != len(results[0]):
+                raise PyptoError(f"the two sides of a run-time branch return {len(results[0])} and {len(flat)} "
+                                 "values", loc=loc)
+            for k, v in enumerate(flat):
+                if not isinstance(v, Tensor):
+                    continue
+                other = results[0][k] if side == 1 else None
+                base = before[k] if before is not None and k < len(before) else _UNBOUND
+                if side == 0 and v is base:
+                    continue            # unchanged: merged only if the other side changes it
+                if side == 1 and v is base and other is base:
+                    continue
+                if side == 1 and other is v:
+                    continue            # the same tensor of the enclosing graph on both sides
+                m = merges.get(k)
+                if m is None:
+                    shape, dt = tuple(v.shape), v.dtype
+                    m = merges[k] = _in_parent(lambda: zeros(*shape, dtype=dt)) if side == 0 else None
+                    if side == 1:
+                        # side 0 left it unchanged (or it is new here): start from side 0's value
+                        if not isinstance(other, Tensor):
+                            raise PyptoError(f"value {k} of a run-time branch is a tensor on one side and "
+                                             f"{other!r} on the other", loc=loc)
+                        m = merges[k] = _in_parent(lambda: _copy_of(other, zeros, assemble))
+                _check_shape(m, v, k, loc)
+                assemble(v, [0] * len(v.shape), m)
+            results.append(flat)
+            kinds.append(kind)
+    if len(results) == 1:
+        if any(v is not None for v in results[0]):
+            raise PyptoError("pypto.cond(pred, true_fn) without a false_fn returns nothing on the false side: "
+                             "true_fn must return None (write results into a tensor, or give false_fn)", loc=loc)
+        return None
+    merged = []
+    for k, (a, b) in enumerate(zip(*results)):
+        if k in merges and not isinstance(b, Tensor):
+            raise PyptoError(f"value {k} of a run-time branch is a tensor on one side and {b!r} on the other",
+                             loc=loc)
+        if k in merges:
+            merged.append(merges[k])
+        elif isinstance(a, Tensor) or isinstance(b, Tensor):
+            if a is not b:
+                raise PyptoError(f"value {k} of a run-time branch is {a!r} on one side and {b!r} on the other",
+                                 loc=loc)
+            merged.append(a)
+        elif _same(a, b):
+            merged.append(a)
+        elif _scalar(a) and _scalar(b):
+            merged.append(sympy.Piecewise((a, c), (b, True)))
+        elif a is _UNBOUND or b is _UNBOUND:
+            merged.append(_UNBOUND)
+        else:
+            raise PyptoError(f"value {k} of a run-time branch is {a!r} on one side and {b!r} on the other: only "
+                             "tensors and integer scalars are merged after a run-time branch", loc=loc)
+    kind = kinds[0]
+    return merged[0] if kind is None else kind(merged)
+
+
+def _copy_of(t, zeros, assemble):
+    m = zeros(*tuple(t.shape), dtype=t.dtype)
+    assemble(t, [0] * len(t.shape), m)
+    return m
+
+
+def _check_shape(m, v, k, loc):
+    if len(m.shape) != len(v.shape) or any(sym.equal(a, b) is False for a, b in zip(m.shape, v.shape)) \
+            or m.dtype != v.dtype:
+        raise PyptoError(f"value {k} of a run-time branch is {v.dtype}{list(v.shape)} on one side and "
+                         f"{m.dtype}{list(m.shape)} on the other: both sides must give the same shape and dtype",
+                         loc=loc)
+
+
+def _scalar(v) -> bool:
+    return (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, sympy.Basic) and not
+                                                                 isinstance(v, Boolean))
+
+
+def cond(pred, true_fn, false_fn=None):
+    """``true_fn()`` if ``pred`` else ``false_fn()``: decided at trace time when it can be, else a run-time
+    branch of the control program (both traced; tensors they return are merged, see the module doc)."""
+    loc = user_location()
+    c = condition(pred, loc)
+    if c is True:
+        return true_fn()
+    if c is False:
+        return false_fn() if false_fn is not None else None
+    return _branch(c, (true_fn, false_fn), None, loc)
+
+
+# the helpers frontend/conditions.py's rewrite of a jit function's body calls
+def if_stmt(pred, then_fn, else_fn, before, line=None):
+    """An ``if`` statement: ``then_fn(*before)`` / ``else_fn(*before)`` return the values of the names the
+    statement binds."""
+    loc = user_location()
+    c = condition(pred, loc)
+    if c is True:
+        return then_fn(*before)
+    if c is False:
+        return else_fn(*before)
+    return _branch(c, (lambda: then_fn(*before), lambda: else_fn(*before)), tuple(before), loc)
+
+
+def if_exp(pred, then_fn, else_fn):
+    """``a if pred else b``."""
+    loc = user_location()
+    c = condition(pred, loc)
+    if c is True:
+        return then_fn()
+    if c is False:
+        return else_fn()
+    return _branch(c, (then_fn, else_fn), None, loc)
+
+
+_CMP = {"==": sympy.Eq, "!=": sympy.Ne, "<": sympy.Lt, "<=": sympy.Le, ">": sympy.Gt, ">=": sympy.Ge}
+_PY = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
+       "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+
+
+def _symbolic(v) -> bool:
+    return isinstance(v, sympy.Basic) and bool(v.free_symbols)
+
+
+def compare(ops, *operands):
+    """``a op b [op c ...]``: Python's answer unless an operand is a symbolic scalar (a size, a loop
+    index, a data scalar), then a sympy relation (decided later, or a run-time condition)."""
+    out = None
+    for op, a, b in zip(ops, operands, operands[1:]):
+        if (_symbolic(a) or _symbolic(b)) and not isinstance(a, Tensor) and not isinstance(b, Tensor):
+            r = _CMP[op](a, b)
+            d = _decide(r) if isinstance(r, Boolean) else None
+            r = d if d is not None else r
+        else:
+            r = _PY[op](a, b)
+        if len(ops) == 1:
+            return r
+        out = r if out is None else bool_and(lambda o=out: o, lambda r=r: r)
+        if out is False:
+            return False
+    return out
+
+
+def _is_cond(v) -> bool:
+    return isinstance(v, Boolean) and not isinstance(v, BooleanAtom) or _symbolic(v)
+
+
+def bool_and(*thunks):
+    """``a and b ...`` keeping Python's short-circuit; symbolic operands make a sympy And."""
+    sym_parts, value = [], True
+    for th in thunks:
+        value = th()
+        if _is_cond(value):
+            c = condition(value)
+            if c is False:
+                return False
+            if c is not True:
+                sym_parts.append(c)
+            continue
+        if isinstance(value, Tensor):
+            condition(value, user_location())       # a tensor's truth value: the error
+        if not value:
+            return value if not sym_parts else False
+    if sym_parts:
+        return sympy.And(*sym_parts) if value is True or _is_cond(value) else sympy.And(*sym_parts)
+    return value
+
+
+def bool_or(*thunks):
+    """``a or b ...``."""
+    sym_parts, value = [], False
+    for th in thunks:
+        value = th()
+        if _is_cond(value):
+            c = condition(value)
+            if c is True:
+                return True
+            if c is not False:
+                sym_parts.append(c)
+            continue
+        if isinstance(value, Tensor):
+            condition(value, user_location())
+        if value:
+            return value if not sym_parts else True
+    return sympy.Or(*sym_parts) if sym_parts else value
+
+
+def bool_not(v):
+    """``not v``."""
+    if _is_cond(v) or isinstance(v, Tensor):
+        c = condition(v, user_location())
+        return (not c) if isinstance(c, bool) else sympy.Not(c)
+    return not v
+
+
+def bound(values: dict, names):
+    """The current values of ``names`` (``_UNBOUND`` for those not bound yet)."""
+    return tuple(values.get(n, _UNBOUND) for n in names)
+
+
+__all__ = ["loop", "item", "cond", "is_loop_begin", "is_loop_end"]

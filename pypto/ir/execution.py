@@ -1,7 +1,11 @@
 """ExecutionGraph: the tasks of one compiled program, their GM buffers and the control program.
 
 The control program (run by the AICPU side) is a list of ``Task`` and ``Loop`` items in program
-order. A ``Loop`` has a run-time trip count and is expanded into tasks when the program runs.
+order. A ``Loop`` has a run-time trip count and is expanded into tasks when the program runs; a
+run-time branch (``if`` on a loop index or a data scalar, ``pypto.cond``) is a ``Loop`` whose trip
+count is 1 when its condition holds and 0 otherwise.
+``scalar_reads`` are the program's data scalars (``pypto.item``): a symbol whose value the control
+program reads from an element of an integer argument when an expression first needs it.
 Dependencies are data: each task states the GM regions it reads and writes (sympy expressions
 over the program's size symbols and enclosing loop variables); the scheduler orders two tasks
 when one writes a region the other touches (RAW, WAR, WAW), in control-program order.
@@ -64,6 +68,16 @@ class Loop:
     loc: SourceLoc | None = None
 
 
+@dataclass(frozen=True)
+class ScalarRead:
+    """A data scalar: ``symbol`` is element ``index`` (sympy expressions over sizes, loop variables and
+    other data scalars) of the integer argument ``buffer``, read by the control program on the AICPU."""
+    symbol: sympy.Symbol
+    buffer: str
+    index: tuple
+    loc: SourceLoc | None = None
+
+
 ControlItem = Union[Task, Loop]
 
 
@@ -76,6 +90,7 @@ class ExecutionGraph:
     program: list                                    # Task | Loop, in program order
     symbols: list[sympy.Symbol] = field(default_factory=list)   # run-time sizes bound from inputs
     index_checks: list = field(default_factory=list)  # (output name, IndexRangeCheck): read after a run
+    scalar_reads: dict = field(default_factory=dict)  # symbol name -> ScalarRead (data scalars)
 
     def tasks(self):
         """Every task of the control program, loop bodies walked once."""

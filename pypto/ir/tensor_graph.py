@@ -45,6 +45,7 @@ class TensorGraph:
         self.inputs: list[int] = []
         self.outputs: list[OutputSpec] = []
         self.symbols: list[sympy.Symbol] = []     # run-time sizes, bound from input shapes
+        self.scalar_reads: dict = {}              # data scalars (pypto.item): name -> ir.execution.ScalarRead
         self.returns_tuple = False
         self._next = 0
 

@@ -9,11 +9,15 @@ from ..errors import IndexOutOfRangeError, PyptoError
 from ..ir.tensor_graph import TensorGraph
 from ..ops.registry import get_op
 from ..passes.index_checks import INDEX_OPS
+from .host.scalars import ScalarEnv, bind
 
 
 def run_graph(g: TensorGraph, inputs: list[torch.Tensor], env: dict) -> list[torch.Tensor]:
     """Values of g's outputs (in g.outputs order) for the given inputs and size bindings."""
     vals: dict[int, torch.Tensor] = dict(zip(g.inputs, inputs))
+    if getattr(g, "scalar_reads", None) and not isinstance(env, ScalarEnv):   # pypto.item: read on first use
+        named = {g.info(n).name: t for n, t in zip(g.inputs, inputs)}
+        env = bind(env, g.scalar_reads, named.get)
     for nid in g.nodes():
         n = g.node(nid)
         op = n["op"]
@@ -59,7 +63,8 @@ def _run_loop(attrs, args, env):
     carried = attrs["carried"]
     state = list(args)
     for i in range(start, stop, step):
-        outs = run_graph(body, state, {**env, attrs["var"].name: i})
+        outs = run_graph(body, state, env.child(attrs["var"].name, i) if isinstance(env, ScalarEnv)
+                         else {**env, attrs["var"].name: i})
         for k, pos in enumerate(carried):
             state[pos] = outs[k]
     return [state[pos] for pos in carried]

@@ -198,6 +198,8 @@ def run_with(kernels: KernelSet, graph: ExecutionGraph, args: dict, env: dict, *
     args = dict(args or {})
     env = bind_sizes(graph, args, env)
     plans, key = _plan_slot(graph, env, kernels, spec, nthreads)
+    if graph.scalar_reads:          # the expansion depends on data (pypto.item), not on the sizes alone
+        plans = key = None
     plan = plans.get(key) if plans is not None else None
     buffers = GMBuffers(graph, args, env, poison=False, shapes=plan.shapes if plan else None,
                         workspaces=plan.take_workspaces() if plan else None)

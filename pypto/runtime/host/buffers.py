@@ -26,6 +26,7 @@ class GMBuffers:
     def __init__(self, graph, args: dict, env: dict, *, timing_only: bool = False, poison: bool = True,
                  shapes: dict | None = None, workspaces: dict | None = None):
         self.graph, self.env, self.timing_only, self.poison = graph, env, timing_only, poison
+        self.args = args                # the caller's tensors (data scalars are read from them: host/scalars.py)
         self.workspaces = workspaces or {}
         for name in args:
             if name not in graph.buffers:

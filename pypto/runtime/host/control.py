@@ -5,13 +5,19 @@ boxes and dependencies (deps.py), grouped into submissions (``stitch`` loop iter
 Each Task is checked and compiled once (``TaskPlan``): its kernel exists, every GM param is bound
 to a buffer of the program, every scalar param has a value, the GM params' sizes agree with the
 buffers (sizes.kernel_sizes); its scalars, block_dim and regions become Python evaluators.
-Boxes and dependencies follow regions.py and deps.py: the one dependency model of every backend."""
+Boxes and dependencies follow regions.py and deps.py: the one dependency model of every backend.
+
+Data scalars (``pypto.item``: ``graph.scalar_reads``) are read from their arguments when an expression
+first needs them (scalars.py): the expansion runs under a ``ScalarEnv``, each instance counts the reads
+made just before it (``control_reads``: the sim charges them to the AICPU's control thread). A run-time
+branch is a Loop of 0 or 1 trips (ir/execution.py), expanded like any loop."""
 from __future__ import annotations
 
 from ...errors import PyptoError
 from ...ir.execution import Loop, Task
 from .deps import DependencyTracker
 from .exprs import compile_tuple
+from .scalars import bind
 from .sizes import kernel_sizes
 
 
@@ -33,13 +39,14 @@ class TaskInstance:
     declares none and its kernel's whole GM params count). Backends subclass it for their own
     per-instance state."""
     __slots__ = ("id", "task", "plan", "scalars", "loop_env", "block_dim", "label", "deps",
-                 "read_boxes", "write_boxes")
+                 "read_boxes", "write_boxes", "control_reads")
 
     def __init__(self, id_, task, plan, scalars, loop_env, block_dim, label):
         self.id, self.task, self.plan, self.scalars, self.loop_env = id_, task, plan, scalars, loop_env
         self.block_dim, self.label = block_dim, label
         self.deps: set = set()
         self.read_boxes = self.write_boxes = None
+        self.control_reads = 0          # data scalars the control program read just before this instance
 
     def kernel_env(self) -> dict:
         """What the kernel's symbols are bound to: program sizes, its GM params' sizes, its scalars."""
@@ -117,6 +124,10 @@ def expand(graph, env: dict, geo, stitch: int = 1, instance=TaskInstance):
     submissions: list = []
     stitch = max(1, int(stitch))
     loop_names: set = set()
+    reads = getattr(graph, "scalar_reads", None) or {}
+    top = bind(env, reads, lambda name: _data_of(geo.bufs, name))
+    reader = top.reader
+    done_reads = [0]
 
     def plan_of(task):
         hit = plans.get(id(task))
@@ -136,6 +147,8 @@ def expand(graph, env: dict, geo, stitch: int = 1, instance=TaskInstance):
             label += "[" + ", ".join(f"{k}={v}" for k, v in loop_vals.items()) + "]"
         inst = instance(len(instances), task, p, scalars, cur_env, int(block_dim), label)
         reads, writes = read_boxes(cur_env), write_boxes(cur_env)
+        if reader is not None:
+            inst.control_reads, done_reads[0] = reader.count - done_reads[0], reader.count
         if task.reads is not None:
             inst.read_boxes = reads
         if task.writes is not None:
@@ -162,14 +175,33 @@ def expand(graph, env: dict, geo, stitch: int = 1, instance=TaskInstance):
                             group = []
                             submissions.append(group)
                         inner = group
-                    rec(it.body, {**cur_env, it.var.name: v}, inner)
+                    rec(it.body, cur_env.child(it.var.name, v), inner)
             elif isinstance(it, Task):
                 add(it, cur_env, submission)
             else:
                 raise PyptoError(f"unknown control-program item {it!r}")
 
-    rec(graph.program, dict(env), None)
+    rec(graph.program, top, None)
+    if reads:
+        _check_unwritten(reads, instances, geo.bufs)
     return instances, [s for s in submissions if s]
+
+
+def _data_of(bufs, name):
+    """The data of argument ``name`` for a data-scalar read (the caller's tensor in a timing-only run)."""
+    t = bufs.tensors.get(name)
+    if hasattr(t, "dtype"):
+        return t
+    return getattr(bufs, "args", {}).get(name)
+
+
+def _check_unwritten(reads, instances, bufs) -> None:
+    """A data scalar is read from an argument no task writes (so the read waits for no task)."""
+    written = written_bases(instances, bufs)
+    for r in reads.values():
+        if bufs.base_of(r.buffer) in written:
+            raise PyptoError(f"pypto.item reads '{r.buffer}', which a task of this program writes: the control "
+                             "program reads scalars only from arguments no task writes", loc=r.loc)
 
 
 def written_bases(instances, bufs) -> set:

@@ -3,7 +3,8 @@ free cores, cores run them; time advances event by event (submissions, dispatche
 
 * Launch (machine [launch]): the control thread starts ``start_cycles`` after the host's launch, and
   the host sees the end ``drain_cycles`` after the last block finished.
-* Control thread (AICPU 0): submits the submissions in program order, ``submit_cycles`` each.
+* Control thread (AICPU 0): submits the submissions in program order, ``submit_cycles`` each, plus
+  ``scalar_read_cycles`` for each data scalar (``pypto.item``) it read from GM to expand the submission.
 * Dispatchers (the other AICPU threads): a submission whose first task is ready (submitted, all
   producers finished) takes the earliest-free dispatcher for ``task_dispatch_cycles``; once
   dispatched, each of its tasks goes to the cores as soon as its producers finished.
@@ -41,6 +42,7 @@ class Scheduler:
         d = spec.dispatch
         self.submit_cycles = d.get("submit_cycles", 0)
         self.dispatch_cycles = d.get("task_dispatch_cycles", 0)
+        self.read_cycles = d.get("scalar_read_cycles", 0)
         self.start_cycles = spec.launch.get("start_cycles", 0)
         self.drain_cycles = spec.launch.get("drain_cycles", 0)
         self.threads = [0.0] * max(1, spec.cores.get("aicpu", 2) - 1)
@@ -77,8 +79,10 @@ class Scheduler:
         t = float(self.start_cycles)
         if t:
             self.dispatch_slices.append((0, 0.0, t, "launch", 0))      # the AICPU's control thread starting
+        read = self.read_cycles
         for b in batches:
-            t += self.submit_cycles
+            # the data scalars the control thread read to expand this submission (pypto.item) come first
+            t += self.submit_cycles + (read * sum(i.control_reads for i in b.instances) if read else 0)
             self.push(t, _SUBMIT, b)
         self.end = t
         events, running = self.events, self.running
