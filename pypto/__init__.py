@@ -23,7 +23,7 @@ _LAZY = {
     **dict.fromkeys(("Tensor", "TensorSpec"), ".frontend.tensor"),
     **dict.fromkeys(("jit", "JitFunction"), ".frontend.jit"),
     "last_report": ".runtime.report",
-    "loop": ".frontend.control",
+    **dict.fromkeys(("loop", "item", "cond", "is_loop_begin", "is_loop_end"), ".frontend.control"),
     # min/max: torch's on tensors, on sizes too; zeros/ones/full: creation's (concrete outside a trace)
     **dict.fromkeys(("min", "max", "view", "assemble", "getitem", "setitem"), ".frontend.api"),
     **dict.fromkeys(("randn", "rand", "zeros", "ones", "full", "from_torch"), ".creation"),
