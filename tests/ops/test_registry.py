@@ -30,8 +30,12 @@ def _ops_of_all_cases() -> set:
     return seen
 
 
+# a pl / pt kernel called in a traced function: exercised by tests/frontend/test_kernel_node.py
+KERNEL_NODE_OPS = {"custom_kernel", "kernel_result"}
+
+
 def test_every_registered_op_is_exercised_by_a_case():
-    missing = set(REGISTRY) - _ops_of_all_cases()
+    missing = set(REGISTRY) - _ops_of_all_cases() - KERNEL_NODE_OPS
     assert not missing, f"ops without a test case: {sorted(missing)}"
 
 
