@@ -195,6 +195,10 @@ def _copies(eg, loop, counted, bufs, machine, loops):
                                              sympy.floor(budget / sympy.Max(1, per_copy)))))
     if k.is_Integer:
         return int(k) if int(k) > 1 else None
+    if k.free_symbols - set(eg.symbols):
+        # K sizes buffers, so it may name only the run's sizes: a trip count the control program knows
+        # only while it runs (a data scalar, a run-time branch, an outer loop's index) keeps one copy
+        return None
     return sympy.Max(1, k)
 
 
