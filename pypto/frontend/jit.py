@@ -19,6 +19,7 @@ from ..ir.tensor_graph import OutputSpec, TensorGraph, ValueInfo
 from ..sanitize import user_name
 from . import context as ctx
 from .api import fresh
+from .conditions import traceable
 from .signature import evaluated_signature
 from .tensor import Tensor, TensorSpec
 
@@ -119,8 +120,9 @@ class JitFunction:
                 nid = g.add_input(ValueInfo(tuple(shape), dtypes.to_dtype(dt), pname))
                 call_args[pname] = Tensor._wrap(g, nid)
             inputs_by_param = {p: call_args[p] for p, dt, _ in key if dt != "const"}
-            result = self.fn(**call_args) if not _has_varargs(self.signature) else \
-                self.fn(*_positional(self.signature, call_args))
+            fn = traceable(self.fn)          # run-time conditions in its body (frontend/conditions.py)
+            result = fn(**call_args) if not _has_varargs(self.signature) else \
+                fn(*_positional(self.signature, call_args))
         finally:
             ctx.pop()
         g.symbols = list(dict.fromkeys(symbols.values()))
