@@ -1,0 +1,492 @@
+"""Attention as one cube <-> vector cluster kernel (flash form): TensorGraph match -> TileGraph item -> Block IR.
+
+``match_attention(g, plan)`` finds, in a fusion plan, the attention shape
+
+    m1 = matmul(q, k, b_trans)                      (or q @ transpose(k))
+    w  = [cast] [mul / div by a finite positive scalar] [where(causal-like mask, ., -inf)] of m1
+    p  = exp(w - amax(w)) / sum(exp(w - amax(w)))   (the decomposed softmax over the last dim)
+    o  = matmul([cast] p, v)
+
+(``F.scaled_dot_product_attention`` and a hand-written ``softmax(q @ k.T * s) @ v`` both give it), where every
+intermediate value is read only inside the pattern. The mask, when there is one, must be the single constraint
+``j <= i + d`` (d >= 0, static_masks.py's analysis: causal, tril): every row then keeps key 0, so the online
+softmax never sees a row without a key.
+
+``flash_program`` turns a match into one TileGraph item (a TileProgram of kind "flash": no tile ops, its
+figures in ``attrs``) and ``lower_flash`` lowers that to one Kernel with an AIC block and an AIV block (the AIV
+block runs on every vector sub-block of the cluster, ``HALF`` query rows each):
+
+  cube, per (head, block of MQ query rows), the key blocks j in a loop skewed by PRELOAD:
+      S_j = Q K_j^T  -> workspace ring ws_s (slot j % SLOTS)
+      PV_j = P_j V_j -> workspace ring ws_pv                   (P_j read from ring ws_p)
+    the cube computes S_{j+PRELOAD} before PV_j, so neither side waits for the other's round trip;
+  vector, per the same tasks: online softmax of S_j (running max m, running sum l, the rescale factor
+      alpha_j = exp(m_old - m_new) kept in a ring until PV_j arrives), P_j -> ws_p, and
+      acc = acc * alpha_j + PV_j; at the end O = acc / l.
+
+Rows longer than the UB are what the key-block loop is for (only one [HALF, BK] block is on chip).
+Compile-time masks: the key loop of a task stops at the last block any of its rows keeps (fully masked
+blocks are never computed) and the mask is applied only to blocks some element of which is masked (under an
+``if`` on the block index; the others skip it). The handoffs are GM workspace slots marked
+``attrs[cross_core.HANDOFF]``; ``passes/cross_core.insert_handoff_flags`` adds the flags (pipeline.py).
+Loops are unrolled by SLOTS so that every slot and every ping-pong buffer is a static tile; memory regions
+keep the copies that must overlap on different bytes (first-fit inside a region).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import sympy
+
+from .. import dtypes
+from ..errors import CompileError
+from ..ir.block import (BLOCK_IDX, BLOCK_NUM, SUBBLOCK_IDX, Block, CoreType, For, GMParam, GMRegion, If, Kernel,
+                        TileDecl, instr)
+from ..ir.isa import MemSpace
+from ..ir.tile_graph import TileParam, TileProgram
+from .cross_core import HANDOFF, HandoffAccess, HandoffBuffer
+from . import static_masks
+
+PRELOAD = 2          # key blocks the cube runs ahead of P V
+SLOTS = 4            # slots of each workspace ring (> PRELOAD: the vector side lags); the loops unroll by it
+NEG = -1.0e30        # added to masked scores (finite: no inf - inf)
+
+
+@dataclass
+class FlashMatch:
+    m1: int                 # the QK^T matmul
+    m2: int                 # the P V matmul
+    q: int
+    k: int                  # keys as [..., S, E] (b_trans form)
+    v: int
+    scale: float
+    diag: int | None        # keep key j for query i when j <= i + diag; None: no mask
+    nodes: set = field(default_factory=set)     # every node the kernel computes (the pattern and its mask inputs)
+
+
+def _single_user(g, n, user) -> bool:
+    return g.users(n) == [user] and n not in g.output_nodes()
+
+
+def _scalar(g, n):
+    node = g.node(n)
+    return node["attrs"].get("value") if node["op"] == "scalar" else None
+
+
+def _last_dim_reduce(g, n, op, src) -> bool:
+    node = g.node(n)
+    rank = len(g.info(src).shape)
+    dims = tuple(d % rank for d in node["attrs"].get("dims", ()))
+    return node["op"] == op and node["inputs"] == [src] and dims == (rank - 1,) and node["attrs"].get("keepdim")
+
+
+def _mask_inputs(g, cond, inside: set) -> set | None:
+    """The nodes computing a mask condition when nothing outside the pattern reads them (else None)."""
+    out, stack = set(), [cond]
+    while stack:
+        n = stack.pop()
+        if n in out:
+            continue
+        if g.op(n) == "input":
+            return None
+        out.add(n)
+        stack.extend(g.node(n)["inputs"])
+    return out if all(all(u in out or u in inside for u in g.users(n)) for n in out) else None
+
+
+def match_attention(g, m2):
+    """(FlashMatch, None) when matmul ``m2`` ends the attention shape, else (None, why not)."""
+    node2 = g.node(m2)
+    if g.op(m2) != "matmul" or node2["attrs"].get("a_trans") or node2["attrs"].get("b_trans"):
+        return None, "the second matmul is not P @ V"
+    p, v = node2["inputs"]
+    nodes = {m2}
+    x = p
+    if g.op(x) == "cast":
+        if not _single_user(g, x, m2):
+            return None, "P is read elsewhere"
+        nodes.add(x)
+        prev, x = x, g.node(x)["inputs"][0]
+    else:
+        prev = m2
+    # div(e, sum(e)), e = exp(sub(w, amax(w)))
+    if g.op(x) != "div" or not _single_user(g, x, prev):
+        return None, "P is not a softmax"
+    e, s = g.node(x)["inputs"]
+    nodes.add(x)
+    if not _last_dim_reduce(g, s, "sum", e) or g.op(e) != "exp" or sorted(g.users(e)) != sorted([s, x]) \
+            or g.users(s) != [x] or e in g.output_nodes() or s in g.output_nodes():
+        return None, "P is not a softmax over the last dim"
+    nodes |= {e, s}
+    sub = g.node(e)["inputs"][0]
+    if g.op(sub) != "sub" or not _single_user(g, sub, e):
+        return None, "P is not a softmax"
+    w, mx = g.node(sub)["inputs"]
+    if not _last_dim_reduce(g, mx, "amax", w) or g.users(mx) != [sub] or sorted(g.users(w)) != sorted([mx, sub]) \
+            or w in g.output_nodes():
+        return None, "P is not a softmax over the last dim"
+    nodes |= {sub, mx}
+    # w back to the QK^T matmul: casts, positive scales, one where(mask, ., -inf)
+    scale, diag, masked = 1.0, None, False
+    y, user = w, None
+    while g.op(y) != "matmul":
+        if user is not None and not _single_user(g, y, user):
+            return None, "the scores are read elsewhere"
+        op, ins = g.op(y), g.node(y)["inputs"]
+        nodes.add(y)
+        if op == "cast":
+            user, y = y, ins[0]
+        elif op in ("mul", "div") and len(ins) == 2 and _scalar(g, ins[1]) is not None:
+            c = _scalar(g, ins[1])
+            if not isinstance(c, (int, float)) or not math.isfinite(c) or c <= 0:
+                return None, "the scores are scaled by a value that is not a finite positive constant"
+            scale = scale * c if op == "mul" else scale / c
+            user, y = y, ins[0]
+        elif op == "where" and not masked:
+            wm = static_masks._where_mask(g, y)
+            if wm is None or wm[1] != float("-inf"):
+                return None, "the mask is not known at compile time (or does not fill with -inf)"
+            mask = wm[0]
+            if len(mask.constraints) != 1 or (mask.constraints[0].a, mask.constraints[0].b) != (1, -1) \
+                    or mask.constraints[0].c < 0:
+                return None, "the mask is not causal-like (j <= i + d, d >= 0)"
+            diag, masked = mask.constraints[0].c, True
+            cond = ins[0]
+            kept = ins[1] if _scalar(g, ins[2]) is not None else ins[2]
+            more = _mask_inputs(g, cond, nodes | {y})
+            if more is None:
+                return None, "the mask's values are read elsewhere"
+            nodes |= more
+            nodes |= {n for n in ins if g.op(n) == "scalar" and all(u in nodes for u in g.users(n))}
+            user, y = y, kept
+        else:
+            return None, f"'{op}' between the two matmuls"
+    m1 = y
+    if user is not None and not _single_user(g, m1, user):
+        return None, "the scores are read elsewhere"
+    nodes.add(m1)
+    for n in list(nodes):
+        for i in g.node(n)["inputs"]:
+            if g.op(i) == "scalar" and all(u in nodes for u in g.users(i)):
+                nodes.add(i)
+    a1 = g.node(m1)["attrs"]
+    q, k = g.node(m1)["inputs"]
+    if a1.get("a_trans"):
+        return None, "the first matmul transposes q"
+    if not a1.get("b_trans"):
+        if g.op(k) == "transpose" and sorted(g.node(k)["attrs"][d] % len(g.info(k).shape)
+                                                for d in ("dim0", "dim1")) == [len(g.info(k).shape) - 2,
+                                                                               len(g.info(k).shape) - 1]:
+            k = g.node(k)["inputs"][0]
+        else:
+            return None, "the first matmul is not q @ k^T"
+    return FlashMatch(m1, m2, q, k, v, scale, diag, nodes), None
+
+
+def unsupported(g, fm: FlashMatch, machine) -> str | None:
+    """Why the flash kernel cannot take this match (shapes, dtypes), or None."""
+    qs, ks, vs = (g.info(n).shape for n in (fm.q, fm.k, fm.v))
+    if not (len(qs) == len(ks) == len(vs)) or len(qs) < 2:
+        return "q, k and v differ in rank"
+    e, ev = qs[-1], vs[-1]
+    for d, what in ((e, "head dim"), (ks[-1], "key head dim"), (ev, "value head dim")):
+        if not isinstance(d, int) or d % 16 or not 16 <= d <= 128:
+            return f"the {what} ({d}) is not a static multiple of 16 up to 128"
+    if ks[-1] != e:
+        return "q and k head dims differ"
+    for a, b in zip(qs[:-2], ks[:-2]):
+        if str(a) != str(b):
+            return "q and k batch dims differ (broadcast)"
+    for a, b in zip(ks[:-1], vs[:-1]):
+        if str(a) != str(b):
+            return "k and v differ in batch or sequence dims"
+    dts = {g.info(n).dtype for n in (fm.q, fm.k, fm.v)}
+    if len(dts) != 1 or next(iter(dts)) not in (dtypes.float16, dtypes.bfloat16, dtypes.float32):
+        return "q, k, v are not of one float dtype"
+    if g.info(fm.m2).dtype not in (dtypes.float16, dtypes.bfloat16, dtypes.float32):
+        return "the output is not a float dtype"
+    p_dt = g.info(g.node(fm.m2)["inputs"][0]).dtype
+    if p_dt != next(iter(dts)):
+        return "P is not cast to v's dtype"
+    if machine.cores.get("aiv_per_aic", 2) not in (1, 2):
+        return "the machine's cluster is not one AIC with one or two AIVs"
+    return None
+
+
+def tiles_for(dt) -> tuple:
+    """(MQ query rows per cluster, BK keys per block) for an operand dtype."""
+    return (128, 128) if dt.itemsize == 2 else (64, 64)
+
+
+def flash_program(name, fm: FlashMatch, g, params: dict, workspaces: dict, machine, loc) -> TileProgram:
+    """The TileGraph item of one match: ``params`` {q, k, v, o: (buffer, shape)} (3-D [BH, rows, cols] views),
+    ``workspaces`` {ws_s, ws_p, ws_pv: (buffer, shape)}."""
+    dt = g.info(fm.q).dtype
+    mq, bk = tiles_for(dt)
+    tps = []
+    for pname, mode in (("q", "in"), ("k", "in"), ("v", "in"), ("o", "out"),
+                        ("ws_s", "inout"), ("ws_p", "inout"), ("ws_pv", "inout")):
+        buf, shape, pdt = (params | workspaces)[pname]
+        tps.append(TileParam(pname, buf, pdt, tuple(shape), mode))
+    bh, L, E = params["q"][1]
+    S = params["k"][1][1]
+    Ev = params["v"][1][2]
+    attrs = {"form": "flash", "scale": float(fm.scale), "diag": fm.diag, "mq": mq, "bk": bk, "slots": SLOTS,
+             "preload": PRELOAD, "bh": bh, "L": L, "S": S, "E": E, "Ev": Ev,
+             "skip_masked": True, "dtype": dt, "out_dtype": g.info(fm.m2).dtype, "s_dtype": dtypes.float32, "pv_dtype": dtypes.float32}
+    return TileProgram(name, "flash", [], tps, {}, [], nodes=sorted(fm.nodes), attrs=attrs, loc=loc)
+
+
+def workspace_shapes(machine, dt, E, Ev) -> dict:
+    """{ws name: (rows, cols, dtype)}: one ring of SLOTS blocks per cluster."""
+    mq, bk = tiles_for(dt)
+    rows = machine.num_aic * SLOTS * mq
+    return {"ws_s": (rows, bk, dtypes.float32), "ws_p": (rows, bk, dt), "ws_pv": (rows, Ev, dtypes.float32)}
+
+
+# ---------------------------------------------------------------- lowering
+def _ceil(a, b):
+    return sympy.ceiling(sympy.Rational(1, b) * a) if isinstance(a, sympy.Basic) else -(-a // b)
+
+
+class _Emit:
+    """Tile declarations and memory regions of one block."""
+
+    def __init__(self):
+        self.tiles: dict = {}
+        self.regions: dict = {}
+
+    def tile(self, name, space, dt, shape, valid, region):
+        v = tuple(sympy.sympify(x) if not isinstance(x, int) else x for x in valid)
+        v = None if tuple(str(x) for x in v) == tuple(str(x) for x in shape) else v
+        if name not in self.tiles:
+            self.tiles[name] = TileDecl(name, space, dt, tuple(shape), None, v)
+            self.regions[name] = region
+        return name
+
+
+def lower_flash(p: TileProgram, machine):
+    """-> (Kernel, block_dim, regions) of a "flash" TileProgram (see the module docstring)."""
+    a = p.attrs
+    mq, bk, U, P = a["mq"], a["bk"], a["slots"], a["preload"]
+    bh, L, S, E, Ev = a["bh"], a["L"], a["S"], a["E"], a["Ev"]
+    dt, odt, sdt, pvdt = a["dtype"], a["out_dtype"], a["s_dtype"], a["pv_dtype"]
+    scale, diag = a["scale"], a["diag"]
+    nsub = machine.cores.get("aiv_per_aic", 2)
+    half = mq // nsub
+    loc = p.loc
+    nq = _ceil(L, mq)
+    n_tasks = bh * nq
+    block_dim = sympy.Max(1, sympy.Min(n_tasks, machine.num_aic)) if isinstance(n_tasks, sympy.Basic) \
+        else max(1, min(n_tasks, machine.num_aic))
+    t = sympy.Symbol("t", integer=True, nonnegative=True)
+    j0 = sympy.Symbol("j", integer=True, nonnegative=True)
+    h = sympy.floor(t / nq) if not (isinstance(nq, int) and nq == 1) else t
+    q0 = mq * sympy.Mod(t, nq) if not (isinstance(nq, int) and nq == 1) else sympy.Integer(0)
+    n_kv = _ceil(S, bk)
+    skip = a.get("skip_masked", True)          # lower(static_masks=False): every block computed and masked
+    if diag is not None and skip:
+        # the last key block any row of this task keeps: rows q0 .. q0 + mq - 1 keep keys <= row + diag
+        n_kv = sympy.Min(n_kv, sympy.floor((q0 + mq - 1 + diag) / bk) + 1)
+    qv = sympy.Min(mq, L - q0)
+    base = BLOCK_IDX * (U * mq)
+    bufs = {n: HandoffBuffer(("flash", p.name, n), f"flash workspace {n}", depth=U, where=loc)
+            for n in ("ws_s", "ws_p", "ws_pv")}
+    uses = {"c": 0, "v": 0}
+
+    def mark(ins, ws, side):
+        uses[side] += 1
+        ins.attrs[HANDOFF] = HandoffAccess(bufs[ws], uses[side])
+        return ins
+
+    gm = [GMParam(q.name, q.dtype, tuple(q.shape)) for q in p.params]
+    # ------------------------------------------------------------ cube
+    c = _Emit()
+    ql1 = c.tile("c_q", MemSpace.L1, dt, (mq, E), (qv, E), "q")
+    mm = {"n": 0}
+
+    def l0(kind, shape, dtype, valid, space):
+        k = mm["n"] % 2
+        return c.tile(f"c_{kind}{k}_{mm['n']}", space, dtype, shape, valid, f"{kind}{k}")
+
+    def qk(jj, u):
+        kv = sympy.Min(bk, S - jj * bk)
+        kt = c.tile(f"c_kt{u}", MemSpace.L1, dt, (E, bk), (E, kv), f"kt{u % 2}")
+        a0 = l0("a", (mq, E), dt, (qv, E), MemSpace.L0A)
+        b0 = l0("b", (E, bk), dt, (E, kv), MemSpace.L0B)
+        c0 = l0("c", (mq, bk), dtypes.float32, (qv, kv), MemSpace.L0C)
+        mm["n"] += 1
+        t_ = c.tiles
+        return [instr("TLOAD", [kt, GMRegion("k", (h, jj * bk, 0), True)], t_, {"trans": True}, loc),
+                instr("TMOV", [a0, ql1], t_, None, loc), instr("TMOV", [b0, kt], t_, None, loc),
+                instr("TMATMUL", [c0, a0, b0], t_, None, loc),
+                mark(instr("TSTORE", [GMRegion("ws_s", (base + u * mq, 0), True), c0], t_, None, loc), "ws_s", "c")]
+
+    def pv(jj, u):
+        kv = sympy.Min(bk, S - jj * bk)
+        pt = c.tile(f"c_p{u}", MemSpace.L1, dt, (mq, bk), (qv, kv), f"p{u % 2}")
+        vt = c.tile(f"c_v{u}", MemSpace.L1, dt, (bk, Ev), (kv, Ev), f"v{u % 2}")
+        a0 = l0("a", (mq, bk), dt, (qv, kv), MemSpace.L0A)
+        b0 = l0("b", (bk, Ev), dt, (kv, Ev), MemSpace.L0B)
+        c0 = l0("c", (mq, Ev), dtypes.float32, (qv, Ev), MemSpace.L0C)
+        mm["n"] += 1
+        t_ = c.tiles
+        return [mark(instr("TLOAD", [pt, GMRegion("ws_p", (base + u * mq, 0), True)], t_, None, loc), "ws_p", "c"),
+                instr("TLOAD", [vt, GMRegion("v", (h, jj * bk, 0), True)], t_, None, loc),
+                instr("TMOV", [a0, pt], t_, None, loc), instr("TMOV", [b0, vt], t_, None, loc),
+                instr("TMATMUL", [c0, a0, b0], t_, None, loc),
+                mark(instr("TSTORE", [GMRegion("ws_pv", (base + u * mq, 0), True), c0], t_, None, loc), "ws_pv", "c")]
+
+    def skewed(first, second):
+        body = []
+        for u in range(U):
+            jj = j0 + u
+            body.append(If(sympy.Lt(jj, n_kv), first(jj, u)))
+            body.append(If(sympy.And(sympy.Ge(jj, P), sympy.Lt(jj - P, n_kv)), second(jj - P, (u - P) % U)))
+        return [For(j0, 0, n_kv + P, U, body, {"pipeline": U})]
+
+    cube_task = [instr("TLOAD", [ql1, GMRegion("q", (h, q0, 0), True)], c.tiles, None, loc)] + skewed(qk, pv)
+    cube = Block(f"{p.name}_aic", CoreType.AIC, gm, [], [], [For(t, BLOCK_IDX, n_tasks, BLOCK_NUM, cube_task)], loc)
+    cube.tiles = list(c.tiles.values())
+    # ------------------------------------------------------------ vector
+    vx = _Emit()
+    row0 = SUBBLOCK_IDX * half if nsub > 1 else sympy.Integer(0)
+    left = L - q0 - row0
+    rv = sympy.Max(1, sympy.Min(half, left))         # a sub-block past the last row works on one stale row
+    stat = (half, 8)
+    m = vx.tile("v_m", MemSpace.UB, dtypes.float32, stat, (rv, 1), "stat")
+    l_ = vx.tile("v_l", MemSpace.UB, dtypes.float32, stat, (rv, 1), "stat")
+    acc = vx.tile("v_acc", MemSpace.UB, dtypes.float32, (half, Ev), (rv, Ev), "acc")
+    out = vx.tile("v_out", MemSpace.UB, odt, (half, Ev), (rv, Ev), "pv")
+    T = vx.tiles
+
+    def softmax(jj, u):
+        kv = sympy.Min(bk, S - jj * bk)
+        s = vx.tile(f"v_s{u}", MemSpace.UB, sdt, (half, bk), (rv, kv), f"s{u % 2}")
+        p16 = vx.tile(f"v_p{u}", MemSpace.UB, dt, (half, bk), (rv, kv), "p")
+        lj = vx.tile(f"v_lj{u}", MemSpace.UB, dtypes.float32, stat, (rv, 1), "stat")
+        mn = vx.tile(f"v_mn{u}", MemSpace.UB, dtypes.float32, stat, (rv, 1), "stat")
+        al = f"v_alpha{u}"
+        ops = [mark(instr("TLOAD", [s, GMRegion("ws_s", (base + u * mq + row0, 0), True)], T, None, loc), "ws_s", "v"),
+               instr("TMULS", [s, s, float(scale)], T, None, loc)]
+        if diag is not None:
+            mk = vx.tile(f"v_mask{u}", MemSpace.UB, dtypes.float32, (half, bk), (rv, kv), "mask")
+            d = q0 + row0 + diag - jj * bk          # key c of the block is kept by row r when c <= r + d
+            partial = sympy.Gt(jj * bk + bk - 1, q0 + row0 + diag) if skip else sympy.true
+            ops.append(If(partial, [instr("TTRIL", [mk, d], T, None, loc), instr("TADDS", [mk, mk, -1.0], T, None, loc),
+                           instr("TMULS", [mk, mk, -NEG], T, None, loc), instr("TADD", [s, s, mk], T, None, loc)]))
+        ops += [instr("TROWMAX", [lj, s], T, None, loc), instr("TMAX", [mn, m, lj], T, None, loc),
+                instr("TSUB", [al, m, mn], T, None, loc), instr("TEXP", [al, al], T, None, loc),
+                instr("TMOV_V", [m, mn], T, None, loc), instr("TROWEXPANDSUB", [s, s, mn], T, None, loc),
+                instr("TEXP", [s, s], T, None, loc), instr("TROWSUM", [lj, s], T, None, loc),
+                instr("TMUL", [l_, l_, al], T, None, loc), instr("TADD", [l_, l_, lj], T, None, loc),
+                instr("TCVT", [p16, s], T, None, loc),
+                mark(instr("TSTORE", [GMRegion("ws_p", (base + u * mq + row0, 0), True), p16], T, None, loc),
+                     "ws_p", "v")]
+        return ops
+
+    def fold(jj, u):
+        pvt = vx.tile(f"v_pv{u}", MemSpace.UB, pvdt, (half, Ev), (rv, Ev), "pv")
+        al = f"v_alpha{u}"
+        return [mark(instr("TLOAD", [pvt, GMRegion("ws_pv", (base + u * mq + row0, 0), True)], T, None, loc),
+                     "ws_pv", "v"),
+                instr("TROWEXPANDMUL", [acc, acc, al], T, None, loc), instr("TADD", [acc, acc, pvt], T, None, loc)]
+
+    # alpha_j lives from softmax(j) to fold(j), PRELOAD copies later (across the loop's back edge): a region each
+    for u in range(U):
+        vx.tile(f"v_alpha{u}", MemSpace.UB, dtypes.float32, stat, (rv, 1), f"alpha{u}")
+    vec_task = [instr("TEXPANDS", [m, float("-inf")], T, None, loc), instr("TEXPANDS", [l_, 0.0], T, None, loc),
+                instr("TEXPANDS", [acc, 0.0], T, None, loc)]
+    vec_task += skewed(softmax, fold)
+    vec_task += [instr("TROWEXPANDDIV", [acc, acc, l_], T, None, loc), instr("TCVT", [out, acc], T, None, loc),
+                 If(sympy.Gt(left, 0), [instr("TSTORE", [GMRegion("o", (h, q0 + row0, 0), True), out], T, None, loc)])]
+    vec = Block(f"{p.name}_aiv", CoreType.AIV, gm, [], [], [For(t, BLOCK_IDX, n_tasks, BLOCK_NUM, vec_task)], loc)
+    vec.tiles = list(vx.tiles.values())
+    kernel = Kernel(p.name, [cube, vec], loc)
+    kernel.attrs["decisions"] = {
+        "kind": "flash", "form": "flash", "tile_source": "chooser",
+        "tile": {"query rows": mq, "keys": bk, "head dim": E},
+        "sizes": {"heads": bh, "queries": L, "keys": S},
+        "buffers": {"workspace slots": U, "vector rows per sub-block": half},
+        "pipelining": P + 1, "preload": P, "block_dim": block_dim,
+        "mask": "none" if diag is None else f"j <= i + {diag}: masked key blocks skipped, mask on partial blocks only"}
+    regions = {**c.regions, **vx.regions}
+    return kernel, block_dim, regions
+
+
+__all__ = ["FlashMatch", "match_attention", "unsupported", "flash_program", "lower_flash", "workspace_shapes"]
+
+
+# ---------------------------------------------------------------- the tiling pass's hooks
+def plan_body(body) -> None:
+    """Find the attention shapes of a tiling ``_Body`` (tiling.py) and decide, per match, flash or not:
+    sets ``body.flash_at`` {P @ V group id: FlashMatch}, ``body.flash_skip`` (group ids and node ids the
+    kernels compute) and ``body.flash_why`` {P @ V node: why it is not one flash kernel}."""
+    g, plan = body.g, body.plan
+    body.flash_at, body.flash_skip, body.flash_why = {}, set(), {}
+    for gid, grp in plan.groups.items():
+        if grp.kind != "matmul":
+            continue
+        m2 = grp.nodes[0]
+        fm, why = match_attention(g, m2)
+        if fm is None:
+            continue
+        if not body.scope.flash:
+            body.flash_why[m2] = "off (lower(flash=False))"
+            continue
+        why = unsupported(g, fm, body.scope.machine)
+        groups = {plan.group_of[n] for n in fm.nodes if n in plan.group_of} - {gid}
+        if why is None and any(not set(plan.groups[x].nodes) <= fm.nodes for x in groups):
+            why = "the softmax's fused group computes other values too"
+        if why is None and any(n in body.wants or n in body.homes for n in fm.nodes - {fm.m2}):
+            why = "an intermediate value is wanted elsewhere"
+        if why is not None:
+            body.flash_why[m2] = why
+            continue
+        body.flash_at[gid] = fm
+        body.flash_skip |= groups | (fm.nodes - {fm.m2})
+
+
+def _view3(body, n):
+    """A 3-D [batch, rows, cols] buffer over value ``n``'s contiguous GM home (copied contiguous first)."""
+    if not body.storage[n].is_full:
+        body._copy_contiguous(n)
+    shape = body.g.info(n).shape
+    bh = 1
+    for d in shape[:-2]:
+        bh = bh * d
+    shape3 = (sympy.sympify(bh) if not isinstance(bh, int) else bh, shape[-2], shape[-1])
+    shape3 = tuple(int(x) if isinstance(x, sympy.Integer) else x for x in shape3)
+    return body.scope.view(body.storage[n].buffer, shape3), shape3
+
+
+def emit(body, fm: FlashMatch):
+    """The flash kernel of a match, appended to the body's items; the result stored where it is wanted."""
+    g = body.g
+    target = body._store_target(fm.m2)
+    params = {}
+    for key, n in (("q", fm.q), ("k", fm.k), ("v", fm.v)):
+        buf, shape3 = _view3(body, n)
+        params[key] = (buf, shape3, g.info(n).dtype)
+    if target.is_full:
+        out = target
+    else:
+        info = g.info(fm.m2)
+        out = body.scope.workspace(f"ws{fm.m2}", info.shape, info.dtype)
+    body.storage[fm.m2] = out
+    buf, shape3 = _view3(body, fm.m2)
+    params["o"] = (buf, shape3, g.info(fm.m2).dtype)
+    ws = {}
+    for name, (rows, cols, dt) in workspace_shapes(body.scope.machine, g.info(fm.q).dtype, params["q"][1][2],
+                                                   params["v"][1][2]).items():
+        b = body.scope.add_buffer(f"flash_{name}", (rows, cols), dt, "workspace")
+        ws[name] = (b.name, (rows, cols), dt)
+    body.scope.count += 1
+    name = body.scope.unique(f"flash_attention_{body.scope.count}")
+    prog = flash_program(name, fm, g, params, ws, body.scope.machine, g.node(fm.m2)["loc"])
+    prog.attrs["skip_masked"] = body.scope.static_masks
+    body.items.append(prog)
+    if out is not target:
+        body._copy(fm.m2, target)
+    body._extra_copies(fm.m2, target)
