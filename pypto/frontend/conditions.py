@@ -193,11 +193,12 @@ class _Rewrite(ast.NodeTransformer):
             return fn
         then_fn, else_fn = side("then", node.body), side("else", node.orelse)
         current = _call("bound", [ast.Call(ast.Name("locals", ast.Load()), [], []),
-                                  ast.Tuple([ast.Constant(n) for n in names], ast.Load())], node)
+                                  ast.Tuple([ast.Constant(n) for n in names], ast.Load())], node.test)
+        # located at the test (not the whole statement): an error names the line of the `if`
         call = _call("if_stmt", [node.test, ast.Name(then_fn.name, ast.Load()), ast.Name(else_fn.name, ast.Load()),
-                                 current], node)
+                                 current], node.test)
         target = ast.Tuple([ast.Name(n, ast.Store()) for n in names], ast.Store())
-        out = [then_fn, else_fn, ast.copy_location(ast.Assign([target], call), node)]
+        out = [then_fn, else_fn, ast.copy_location(ast.Assign([target], call), node.test)]
         for s in out:
             ast.fix_missing_locations(s)
         return out

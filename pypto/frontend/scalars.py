@@ -83,9 +83,8 @@ def _at(loc) -> str:
 def item(input, *index):
     """``pypto.item(t, i, j ...)`` (or ``t[i, j].item()``): element ``t[i, j ...]`` of an integer argument
     as a run-time symbolic value (a data scalar), read by the control program when it is needed."""
-    from .tensor import Tensor
     loc = user_location()
-    if not isinstance(input, Tensor):
+    if not hasattr(input, "_graph"):            # a pypto.Tensor (tensor.py imports this module)
         raise TypeMismatchError(f"pypto.item reads an element of a pypto.Tensor, found {type(input).__name__}",
                                 loc=loc)
     if not input.dtype.is_integer:
@@ -93,7 +92,7 @@ def item(input, *index):
                                 f"this one is {input.dtype}", loc=loc,
                                 hint="pass the sizes as an int32 / int64 tensor")
     for i in index:
-        if isinstance(i, Tensor):
+        if hasattr(i, "_graph"):
             raise TypeMismatchError("pypto.item's indices are ints or sizes, found a Tensor", loc=loc,
                                     hint="read the index first: pypto.item(idx, k)")
     frame = _root()

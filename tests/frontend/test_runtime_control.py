@@ -1,0 +1,317 @@
+"""Run-time control on the AICPU (issue 16): data scalars read from tensors (pypto.item, a loop bound
+from a one-element int tensor) and run-time branches (if / elif / else, a if c else b, pypto.cond,
+is_loop_begin / is_loop_end), each on sim and cpu against torch; the errors name the user's line and
+no undecidable condition is silently False."""
+import dataclasses
+import inspect
+
+import pytest
+import torch
+
+import pypto
+from pypto.errors import IndexOutOfRangeError, PyptoError, TypeMismatchError
+
+BACKENDS = ("sim", "cpu")
+TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+
+
+def line_of(fn, text: str) -> int:
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(k for k, line in enumerate(lines) if text in line)
+
+
+def close(a, b, dtype):
+    torch.testing.assert_close(a.float(), b.float(), rtol=TOL[dtype], atol=TOL[dtype])
+
+
+# ------------------------------------------------------------------------------------------ data scalars
+def varlen_scale(backend, dtype):
+    """Every sequence of a packed batch (cu_seqlens a device tensor) in chunks of 16 rows, the last one a
+    tail: out = x * 2 + 1 on the sequences' rows, untouched elsewhere."""
+    dt = pypto.dtypes.from_torch(dtype)
+
+    @pypto.jit(backend=backend)
+    def f(cu: pypto.Tensor[[pypto.DYNAMIC], pypto.int32], x: pypto.Tensor[[pypto.DYNAMIC, 64], dt],
+          out: pypto.Tensor[[pypto.DYNAMIC, 64], dt]):
+        for b in pypto.loop(cu.shape[0] - 1):
+            s = pypto.item(cu, b)
+            n = cu[b + 1].item() - s                        # torch's spelling of the same read
+            for c in pypto.loop(pypto.ceildiv(n, 16)):
+                rows = pypto.min(16, n - c * 16)
+                xv = pypto.view(x, [16, 64], [s + c * 16, 0], valid_shape=[rows, 64])
+                pypto.assemble(xv * 2.0 + 1.0, [s + c * 16, 0], out)
+    return f
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_varlen_loop_bounds_from_tensor_data(backend, dtype):
+    f = varlen_scale(backend, dtype)
+    for lens in ([5, 0, 16, 33], [1, 40]):                  # tails, a sequence of length 0, other sizes
+        cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32)
+        total = int(cu[-1]) + 3                             # rows past the last sequence stay untouched
+        x = torch.randn(total, 64).to(dtype)
+        out = torch.full((total, 64), -7.0).to(dtype)
+        f(cu, x, out)
+        ref = torch.full((total, 64), -7.0).to(dtype)
+        ref[:int(cu[-1])] = (x[:int(cu[-1])].float() * 2 + 1).to(dtype)
+        close(out, ref, dtype)
+    assert f.trace_count == 1                              # sizes and lengths are run-time values
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_data_dependent_trip_count_of_zero(backend):
+    @pypto.jit(backend=backend)
+    def f(lens: pypto.Tensor[[4], pypto.int32], x: pypto.Tensor[[pypto.DYNAMIC, 64], pypto.float32],
+          out: pypto.Tensor[[pypto.DYNAMIC, 64], pypto.float32]):
+        for i in pypto.loop(lens[1]):                       # a one-element int tensor as the bound
+            out[i:i + 1, :] = pypto.view(x, [1, 64], [i, 0]) * 3.0
+    x = torch.randn(6, 64)
+    for k in (0, 4, 6):
+        out = torch.zeros(6, 64)
+        f(torch.tensor([9, k, 1, 1], dtype=torch.int32), x, out)
+        ref = torch.zeros(6, 64)
+        ref[:k] = x[:k] * 3
+        close(out, ref, torch.float32)
+
+
+def test_sim_charges_each_read_to_the_control_thread():
+    spec = pypto.get_machine()
+    assert spec.dispatch["scalar_read_cycles"] > 0
+    free = dataclasses.replace(spec, dispatch={**spec.dispatch, "scalar_read_cycles": 0})
+
+    def run(machine):
+        @pypto.jit(backend="sim", machine=machine)
+        def f(lens: pypto.Tensor[[4], pypto.int32], x: pypto.Tensor[[8, 64], pypto.float32],
+              out: pypto.Tensor[[8, 64], pypto.float32]):
+            for i in pypto.loop(pypto.item(lens, 0)):
+                out[i:i + 1, :] = pypto.view(x, [1, 64], [i, 0]) + 1.0
+        f(torch.tensor([3, 0, 0, 0], dtype=torch.int32), torch.randn(8, 64), torch.zeros(8, 64))
+        return pypto.last_report().cycles
+    # one read (the bound) before the first submission: the whole run starts that much later
+    assert run(spec) - run(free) == pytest.approx(spec.dispatch["scalar_read_cycles"])
+
+
+# ------------------------------------------------------------------------------------------ branches
+def branchy(backend):
+    @pypto.jit(backend=backend)
+    def f(x: pypto.Tensor[[pypto.DYNAMIC, 64], pypto.float32], out: pypto.Tensor[[pypto.DYNAMIC, 64], pypto.float32]):
+        for i in pypto.loop(x.shape[0]):
+            xv = pypto.view(x, [1, 64], [i, 0])
+            if i == 0:
+                y = xv * 2.0
+            elif i < 2:
+                y = xv - 1.0
+            else:
+                y = xv + 1.0
+            out[i:i + 1, :] = y
+            if pypto.is_loop_end(i) and i > 0:
+                out[i:i + 1, :] = y * 10.0
+    return f
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_if_on_a_loop_index_gives_torchs_answer(backend):
+    f = branchy(backend)
+    for rows in (1, 2, 5):
+        x = torch.randn(rows, 64)
+        out = torch.zeros(rows, 64)
+        f(x, out)
+        ref = x + 1
+        ref[0] = x[0] * 2
+        if rows > 1:
+            ref[1] = x[1] - 1
+            ref[-1] = ref[-1] * 10
+        close(out, ref, torch.float32)
+    assert f.trace_count == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_branch_on_a_data_scalar_and_one_taken_by_no_iteration(backend):
+    @pypto.jit(backend=backend)
+    def f(flags: pypto.Tensor[[8], pypto.int32], x: pypto.Tensor[[8, 64], pypto.float32],
+          out: pypto.Tensor[[8, 64], pypto.float32]):
+        for i in pypto.loop(8):
+            xv = pypto.view(x, [1, 64], [i, 0])
+            k = pypto.item(flags, i)
+            y = pypto.cond(k > 0, lambda: xv * -1.0, lambda: xv)
+            out[i:i + 1, :] = y + 1.0 if k == 2 else y
+            if k > 100:                                      # no iteration takes it
+                out[i:i + 1, :] = xv * 0.0
+    x = torch.randn(8, 64)
+    flags = torch.tensor([0, 1, 2, 0, 2, 0, 0, 1], dtype=torch.int32)
+    out = torch.zeros(8, 64)
+    f(flags, x, out)
+    y = torch.where(flags[:, None] > 0, -x, x)
+    close(out, torch.where(flags[:, None] == 2, y + 1, y), torch.float32)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scalar_merge_after_a_run_time_branch(backend):
+    @pypto.jit(backend=backend)
+    def f(x: pypto.Tensor[[8, 64], pypto.float32], out: pypto.Tensor[[8, 64], pypto.float32]):
+        for i in pypto.loop(4):
+            row = i * 2 if i < 2 else i + 4                  # a scalar: merged as Piecewise
+            out[row:row + 1, :] = pypto.view(x, [1, 64], [row, 0]) * 5.0
+    x = torch.randn(8, 64)
+    out = torch.zeros(8, 64)
+    f(x, out)
+    ref = torch.zeros(8, 64)
+    for i in range(4):
+        r = i * 2 if i < 2 else i + 4
+        ref[r] = x[r] * 5
+    close(out, ref, torch.float32)
+
+
+def test_conditions_decided_at_trace_time_trace_one_side():
+    @pypto.jit(backend="reference")
+    def f(x: pypto.Tensor[[pypto.DYNAMIC, 8], pypto.float32]):
+        n = x.shape[0]
+        for i in pypto.loop(n):
+            if i < n and not (i >= n):                      # always true over the loop's range: one side
+                pass
+        return x * 2.0 if n >= 1 else x                     # a positive size: decided
+    g = f.trace(torch.randn(3, 8))
+    assert not any(g.op(k) == "loop" and "then" in str(g.node(k)["attrs"]["var"]) for k in g.nodes())
+
+
+# ------------------------------------------------------------------------------------------ errors
+def test_float_tensor_as_a_loop_bound():
+    def body(lens, x):
+        for i in pypto.loop(lens[0]):
+            pass
+        return x
+    with pytest.raises(TypeMismatchError, match="loop bound is an integer") as e:
+        pypto.jit(body, backend="reference")(torch.ones(2), torch.randn(3))
+    assert e.value.loc.line == line_of(body, "pypto.loop(lens[0])")
+
+
+def test_item_of_a_float_tensor():
+    def body(lens, x):
+        n = pypto.item(lens, 0)
+        return x * 2.0
+    with pytest.raises(TypeMismatchError, match="reads an integer tensor") as e:
+        pypto.jit(body, backend="reference")(torch.ones(2), torch.randn(3))
+    assert e.value.loc.line == line_of(body, "pypto.item(lens, 0)")
+
+
+def test_out_of_range_reads():
+    def known(lens, x):
+        n = pypto.item(lens, 7)
+        return x * 2.0
+    with pytest.raises(IndexOutOfRangeError, match="outside") as e:
+        pypto.jit(known, backend="reference")(torch.ones(4, dtype=torch.int32), torch.randn(3))
+    assert e.value.loc.line == line_of(known, "pypto.item(lens, 7)")
+
+    def at_run_time(lens, x, out):
+        for b in pypto.loop(x.shape[0]):
+            j = pypto.item(lens, b)
+            out[b:b + 1, :] = pypto.view(x, [1, 4], [pypto.item(lens, j), 0])
+    for backend in ("sim", "reference"):
+        with pytest.raises(IndexOutOfRangeError, match=r"lens\[9\]") as e:
+            pypto.jit(at_run_time, backend=backend)(torch.tensor([0, 9, 1], dtype=torch.int32),
+                                                   torch.randn(3, 4), torch.zeros(3, 4))
+        assert e.value.loc.line == line_of(at_run_time, "pypto.item(lens, j)")
+
+
+def test_a_negative_data_scalar_is_an_error():
+    def body(lens, x, out):
+        for i in pypto.loop(pypto.item(lens, 0)):
+            out[i:i + 1, :] = pypto.view(x, [1, 4], [i, 0])
+    with pytest.raises(PyptoError, match="read -2 from lens") as e:
+        pypto.jit(body, backend="sim")(torch.tensor([-2], dtype=torch.int32), torch.randn(3, 4), torch.zeros(3, 4))
+    assert e.value.loc.line == line_of(body, "pypto.item(lens, 0)")
+
+
+def test_item_of_a_written_argument():
+    def after(lens, x):
+        lens[0:1] = lens[0:1] + 1
+        n = pypto.item(lens, 0)
+        return x * 2.0
+    with pytest.raises(PyptoError, match="computed by 'assemble'") as e:
+        pypto.jit(after, backend="reference")(torch.ones(2, dtype=torch.int32), torch.randn(3))
+    assert e.value.loc.line == line_of(after, "pypto.item(lens, 0)")
+
+    def before(lens, x, out):
+        for i in pypto.loop(pypto.item(lens, 0)):
+            out[i:i + 1, :] = pypto.view(x, [1, 4], [i, 0])
+        lens[0:1] = lens[0:1] + 1
+    with pytest.raises(PyptoError, match="which a task of this program writes") as e:
+        pypto.jit(before, backend="sim")(torch.ones(2, dtype=torch.int32), torch.randn(3, 4), torch.zeros(3, 4))
+    assert e.value.loc.line == line_of(before, "pypto.item(lens, 0)")
+
+
+def _pick(i):
+    return 1 if i < 2 else 0            # a helper outside the jit function is not rewritten: sympy's error
+
+
+def _undecidable_forms():
+    """Each form of a condition on a run-time value that can be neither decided nor branched on."""
+    def tensor_value(x, out):
+        for i in pypto.loop(x.shape[0]):
+            if x.sum() > 0:
+                out[i:i + 1, :] = pypto.view(x, [1, 4], [i, 0])
+
+    def while_loop(x, out):
+        for i in pypto.loop(x.shape[0]):
+            while i < 2:
+                out[i:i + 1, :] = pypto.view(x, [1, 4], [i, 0])
+
+    def if_with_return(x, out):
+        for i in pypto.loop(x.shape[0]):
+            if i == 0:
+                return None
+
+    def assertion(x, out):
+        for i in pypto.loop(x.shape[0]):
+            assert i < 2
+
+    def helper_lt(x, out):
+        for i in pypto.loop(x.shape[0]):
+            out[i:i + 1, :] = pypto.view(x, [1, 4], [i, 0]) * _pick(i)
+
+    def data_while(lens, x, out):
+        while pypto.item(lens, 0) > 0:
+            out[0:1, :] = pypto.view(x, [1, 4], [0, 0])
+    return [(tensor_value, "if x.sum() > 0", TypeMismatchError),
+            (while_loop, "while i < 2", PyptoError),
+            (if_with_return, "if i == 0", PyptoError),
+            (assertion, "assert i < 2", PyptoError),
+            (helper_lt, "return 1 if i < 2 else 0", PyptoError, _pick),
+            (data_while, "while pypto.item(lens, 0) > 0", PyptoError)]
+
+
+@pytest.mark.parametrize("form", _undecidable_forms(), ids=lambda f: f[0].__name__)
+def test_undecidable_conditions_are_errors_at_the_users_line(form):
+    fn, text, err, where = (*form, None)[:4]
+    args = (torch.randn(3, 4), torch.zeros(3, 4))
+    if fn.__name__ == "data_while":
+        args = (torch.ones(1, dtype=torch.int32),) + args
+    with pytest.raises(err) as e:
+        pypto.jit(fn, backend="reference")(*args)
+    assert e.value.loc is not None and e.value.loc.line == line_of(where or fn, text), str(e.value)
+
+
+def test_both_sides_must_agree():
+    def body(x, out):
+        for i in pypto.loop(x.shape[0]):
+            xv = pypto.view(x, [1, 4], [i, 0])
+            y = xv if i == 0 else pypto.view(x, [2, 4], [0, 0])
+            out[0:1, :] = y[0:1, :]
+    with pytest.raises(PyptoError, match="same shape and dtype") as e:
+        pypto.jit(body, backend="reference")(torch.randn(3, 4), torch.zeros(3, 4))
+    assert e.value.loc.line == line_of(body, "y = xv if i == 0")
+
+
+def test_loop_cann_keywords():
+    @pypto.jit(backend="reference")
+    def f(x: pypto.Tensor[[4, 8], pypto.float32], out: pypto.Tensor[[4, 8], pypto.float32]):
+        for i in pypto.loop(0, 4, 1, idx_name="row", unroll_list=[1, 2]):
+            out[i:i + 1, :] = pypto.view(x, [1, 8], [i, 0]) * 2.0
+    x = torch.randn(4, 8)
+    out = torch.zeros(4, 8)
+    f(x, out)
+    close(out, x * 2, torch.float32)
+    assert "row" in str(f.trace(x, out))
+    from pypto.frontend.control import ignored_hints
+    assert any("unroll_list=[1, 2]" in h for _, h in ignored_hints)
