@@ -16,6 +16,7 @@ from .. import dtypes, symbolic
 from ..errors import NoSuchMethodError, PyptoError, TypeMismatchError, UnsupportedOpError
 from ..ops.registry import REGISTRY, numel      # importing pypto.ops registers every op (ops/__init__.py)
 from . import context as ctx
+from .scalars import item as _item
 
 
 @dataclass(frozen=True)
@@ -216,6 +217,7 @@ Tensor.__neg__ = _method("neg")
 Tensor.__abs__ = _method("abs")
 Tensor.__invert__ = _method("logical_not")
 Tensor.__getitem__ = _method("getitem")
+Tensor.item = _item          # t[i].item(): a data scalar read by the control program (frontend/scalars.py)
 Tensor.__setitem__ = _method("setitem")
 Tensor.T = property(lambda self: _method("permute")(self, *reversed(range(self.ndim))))
 Tensor.mT = property(lambda self: _method("transpose")(self, -2, -1))
