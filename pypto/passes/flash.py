@@ -96,7 +96,8 @@ def _mask_inputs(g, cond, inside: set) -> set | None:
 
 
 def match_attention(g, m2):
-    """(FlashMatch, None) when matmul ``m2`` ends the attention shape, else (None, why not)."""
+    """(FlashMatch, None) when matmul ``m2`` ends the attention shape, else (None, why not); the reasons found
+    after the softmax is recognised start with "attention: " (the report shows them)."""
     node2 = g.node(m2)
     if g.op(m2) != "matmul" or node2["attrs"].get("a_trans") or node2["attrs"].get("b_trans"):
         return None, "the second matmul is not P @ V"
@@ -132,7 +133,7 @@ def match_attention(g, m2):
     y, user = w, None
     while g.op(y) != "matmul":
         if user is not None and not _single_user(g, y, user):
-            return None, "the scores are read elsewhere"
+            return None, "attention: the scores are read elsewhere"
         op, ins = g.op(y), g.node(y)["inputs"]
         nodes.add(y)
         if op == "cast":
@@ -140,31 +141,31 @@ def match_attention(g, m2):
         elif op in ("mul", "div") and len(ins) == 2 and _scalar(g, ins[1]) is not None:
             c = _scalar(g, ins[1])
             if not isinstance(c, (int, float)) or not math.isfinite(c) or c <= 0:
-                return None, "the scores are scaled by a value that is not a finite positive constant"
+                return None, "attention: the scores are scaled by a value that is not a finite positive constant"
             scale = scale * c if op == "mul" else scale / c
             user, y = y, ins[0]
         elif op == "where" and not masked:
             wm = static_masks._where_mask(g, y)
             if wm is None or wm[1] != float("-inf"):
-                return None, "the mask is not known at compile time (or does not fill with -inf)"
+                return None, "attention: the mask is not known at compile time (or does not fill with -inf)"
             mask = wm[0]
             if len(mask.constraints) != 1 or (mask.constraints[0].a, mask.constraints[0].b) != (1, -1) \
                     or mask.constraints[0].c < 0:
-                return None, "the mask is not causal-like (j <= i + d, d >= 0)"
+                return None, "attention: the mask is not causal-like (j <= i + d, d >= 0)"
             diag, masked = mask.constraints[0].c, True
             cond = ins[0]
             kept = ins[1] if _scalar(g, ins[2]) is not None else ins[2]
             more = _mask_inputs(g, cond, nodes | {y})
             if more is None:
-                return None, "the mask's values are read elsewhere"
+                return None, "attention: the mask's values are read elsewhere"
             nodes |= more
             nodes |= {n for n in ins if g.op(n) == "scalar" and all(u in nodes for u in g.users(n))}
             user, y = y, kept
         else:
-            return None, f"'{op}' between the two matmuls"
+            return None, f"attention: '{op}' between the two matmuls"
     m1 = y
     if user is not None and not _single_user(g, m1, user):
-        return None, "the scores are read elsewhere"
+        return None, "attention: the scores are read elsewhere"
     nodes.add(m1)
     for n in list(nodes):
         for i in g.node(n)["inputs"]:
@@ -173,14 +174,14 @@ def match_attention(g, m2):
     a1 = g.node(m1)["attrs"]
     q, k = g.node(m1)["inputs"]
     if a1.get("a_trans"):
-        return None, "the first matmul transposes q"
+        return None, "attention: the first matmul transposes q"
     if not a1.get("b_trans"):
         if g.op(k) == "transpose" and sorted(g.node(k)["attrs"][d] % len(g.info(k).shape)
                                                 for d in ("dim0", "dim1")) == [len(g.info(k).shape) - 2,
                                                                                len(g.info(k).shape) - 1]:
             k = g.node(k)["inputs"][0]
         else:
-            return None, "the first matmul is not q @ k^T"
+            return None, "attention: the first matmul is not q @ k^T"
     return FlashMatch(m1, m2, q, k, v, scale, diag, nodes), None
 
 
@@ -431,6 +432,8 @@ def plan_body(body) -> None:
         m2 = grp.nodes[0]
         fm, why = match_attention(g, m2)
         if fm is None:
+            if why.startswith("attention: "):         # a softmax @ V whose scores the kernel cannot take
+                body.flash_why[m2] = why[len("attention: "):]
             continue
         if not body.scope.flash:
             body.flash_why[m2] = "off (lower(flash=False))"
