@@ -1,0 +1,468 @@
+"""Software pipelining / multi-buffering of Block IR loops (Block IR -> Block IR, in place).
+
+IR in: a Block whose loops to pipeline carry the mark ``For.attrs["unroll"] = U`` (the buffering depth:
+copies of the body per step of the new loop), optionally with
+
+* ``skew = D`` (0 <= D < U): the body is cut in two stages by a mark ``attrs["stage"] = 0 | 1`` on every
+  instruction of the body (and on a nested ``For`` of it; an ``If`` takes the stage of the instructions
+  inside it, which must agree); stage 0 of iteration j + D runs before stage 1 of iteration j;
+* ``tail = "peel"`` (the default: the last iterations follow the loop, each under ``if``) or ``"guard"``
+  (the loop runs every iteration: the copies after the first each under ``if`` inside it; not with skew);
+* ``names``: the U copy suffixes (default ``a``, ``b``, ...), ``peel_names``: the suffixes of the U - 1
+  peeled iterations (default ``<copy>e``);
+* ``slot``: the name of a symbol that stands for the workspace slot of the iteration: replaced by the
+  copy's index in each copy (the multi-buffered GM workspaces of a cube <-> vector handoff).
+
+Each front end supplies the stages and the depth (the Tile level from ``tile/skew.py``'s plan, Tensor
+mode from its phases); the pass is the one place that builds the copies.
+
+IR out: each marked loop replaced by its pipelined form (marks removed, stage marks too):
+
+* not skewed: ``for v in range(start, stop - (U-1)*step, U*step) {pipeline=U}`` whose body is the U
+  copies at v, v + step, ...; then the peeled iterations je, je + step, ... (je: the first iteration the
+  loop did not run), each under ``if je + i*step < stop``; with ``tail="guard"``: ``range(start, stop,
+  U*step)`` and copy i under ``if v + i*step < stop``;
+* skewed: a prologue of D stage-0 iterations (each under ``if``), the loop ``range(start, stop - (U+D-1)*step,
+  U*step) {pipeline=U, skewed=D}`` running stage 0 of v + (i+D)*step then stage 1 of v + i*step for each
+  copy i, and the epilogue that finishes the iterations the loop started and runs the ones it did not.
+
+Per-iteration tiles (an analysis of the block, as ir/liveness.py sees it: tiles that no instruction
+outside the loop touches) get a name per copy, ``<tile>_<suffix>`` (a copy of a copy extends the
+suffix: ``y_ab`` is the outer loop's copy a of the inner loop's copy b), declared with the copy's
+iteration substituted in their valid shape: the copies' tiles are distinct buffers, so the memory planner
+gives them different bytes (multi-buffering). Other tiles (set before the loop or read after it: the
+loop-carried state) stay single. In a skewed loop a tile that stage 0 writes and stage 1 reads crosses
+from one iteration's stage 0 to its stage 1: the prologue and epilogue copies name it after the steady
+state copy of the same iteration (``<tile>_<copy>``); their other tiles are their own (``_<copy>p``,
+``_<copy>e``, ``_<copy>f``).
+
+In each copy the loop variable v becomes v + i*step (or the prologue's / epilogue's iteration) in every
+operand, condition and valid shape. An ``If`` without an else branch whose condition the copy decides is
+replaced by its body or dropped; an ``If`` with an else branch (an accumulator's first product or its
+accumulation) is decided only where the copy is known not to be the loop's first iteration (its test
+``Eq(v, start)`` in a steady-state copy after the first: the else branch), elsewhere it keeps both
+branches. A handoff access (``attrs[cross_core.HANDOFF]``) becomes one use per copy (the accesses of one
+use in a copy share a mark) and the uses of the block are numbered in program order.
+
+Loops are pipelined innermost first. Errors (a CompileError naming the loop's line): a stage mark
+missing or mixed inside one statement, a per-iteration tile read in stage 0 that stage 1 writes (its use
+would run before its definition), a tile read before any copy of the iteration writes it, a bad mark.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+import sympy
+
+from ..errors import CompileError
+from ..ir.block import For, GMRegion, If, Instr, TileDecl, walk_instrs
+from ..ir.liveness import touched_tiles
+from .cross_core import HANDOFF, HandoffAccess
+from .exprs import subs as _default_subs
+
+MARKS = ("unroll", "skew", "tail", "names", "peel_names", "slot")
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def software_pipeline(block, subs=None) -> dict:
+    """Pipeline every marked loop of ``block`` (in place); ``subs(expr, mapping)``: the front end's
+    substitution (its normal form of index expressions; default passes.exprs.subs). -> {new tile name:
+    (the front end's tile it copies, the copies' suffix path)} for the tiles the block keeps."""
+    p = _Pipeliner(block, subs or _default_subs)
+    block.body = p.stmts(block.body)
+    if p.made:
+        _renumber_handoffs(block.body)
+        used = {t for ins in walk_instrs(block.body) for t in touched_tiles(ins)}
+        block.tiles = [t for t in block.tiles if t.name in used or t.name not in p.made]
+    return {n: o for n, o in p.made.items() if any(t.name == n for t in block.tiles)}
+
+
+def _sx(subs, e, m):
+    if not m or not isinstance(e, sympy.Basic):
+        return e
+    r = subs(e, m)
+    if isinstance(r, sympy.Integer):
+        return int(r)
+    return r
+
+
+def _smax0(x):
+    x = sympy.sympify(x)
+    if x.is_Number:
+        return max(0, int(x)) if x.is_Integer else max(0, x)
+    return sympy.Max(0, x, evaluate=False)
+
+
+def _touches(stmts, counter: Counter) -> Counter:
+    for ins in walk_instrs(stmts):
+        for t in touched_tiles(ins):
+            counter[t] += 1
+    return counter
+
+
+def _decided(cond):
+    if cond is sympy.true or cond is True:
+        return True
+    if cond is sympy.false or cond is False:
+        return False
+    return None
+
+
+class _Piece:
+    """One copy of (a stage of) the body: its substitution, its tile names, its handoff marks."""
+
+    def __init__(self, mapping: dict, rename: dict, offset, steady: bool):
+        self.mapping, self.rename, self.offset, self.steady = mapping, rename, offset, steady
+        self.marks: dict = {}
+
+
+class _Pipeliner:
+    def __init__(self, block, subs):
+        self.block, self.subs = block, subs
+        self.total = _touches(block.body, Counter())
+        self.made: dict = {}         # new tile -> (tile it copies, suffix)
+        self.origin: dict = {}       # a name the pass made -> (root name, suffix path)
+
+    # ------------------------------------------------------------------ walking
+    def stmts(self, stmts: list) -> list:
+        out = []
+        for s in stmts:
+            if isinstance(s, For):
+                inside = _touches(s.body, Counter()) if "unroll" in s.attrs else None
+                body = self.stmts(s.body)
+                if inside is None:
+                    out.append(replace(s, body=body))
+                else:
+                    out += self.pipeline(replace(s, body=body), inside)
+            elif isinstance(s, If):
+                out.append(replace(s, then_body=self.stmts(s.then_body), else_body=self.stmts(s.else_body)))
+            else:
+                out.append(s)
+        return out
+
+    # ------------------------------------------------------------------ one loop
+    def _mark(self, loop: For):
+        a = loop.attrs
+        bad = sorted(k for k in a if k not in MARKS + ("stage",))
+        U, D = a["unroll"], a.get("skew", 0)
+        tail = a.get("tail", "peel")
+        names = tuple(a.get("names", tuple(LETTERS[:U]) if isinstance(U, int) else ()))
+        if bad or not isinstance(U, int) or U < 1 or not isinstance(D, int) or not 0 <= D < U \
+                or tail not in ("peel", "guard") or (tail == "guard" and D) or len(names) != U \
+                or not sympy.sympify(loop.step).is_positive:
+            raise CompileError(f"software pipelining: bad mark on the loop over {loop.var}: {a} (unroll U >= 1, "
+                               f"skew 0 <= D < U, tail peel | guard (guard without skew), {U} names, a positive step)", loc=loop.loc)
+        peel = tuple(a.get("peel_names", tuple(f"{n}e" for n in names[:U - 1])))
+        return U, D, tail, names, peel, _slot_symbol(loop, a.get("slot"))
+
+    def pipeline(self, loop: For, inside: Counter) -> list:
+        U, D, tail, names, peel, slot = self._mark(loop)
+        here = _touches(loop.body, Counter())
+        local = [t.name for t in self.block.tiles
+                 if t.name in here and not (t.name in inside and self.total[t.name] > inside[t.name])]
+        local += [t for t in here if t not in set(local) and not (t in inside and self.total[t] > inside[t])]
+        local_set = set(local)
+        stages = self._stages(loop, local_set) if D else None
+        crossing = self._crossing(loop, stages, local_set) if D else set()
+        if not D:
+            self._check_order(loop, local_set, None)
+        var, start, stop, step = loop.var, loop.start, loop.stop, loop.step
+        self._order_start()
+
+        def piece(i, it, suffix, home_suffix=None, steady=False):
+            m = {var: it}
+            if slot is not None:
+                m[slot] = i
+            ren = {}
+            for t in local:
+                sfx = home_suffix if (home_suffix is not None and t in crossing) else suffix
+                ren[t] = self._name(t, sfx)
+            return _Piece(m, ren, it - var, steady)
+
+        def body(pc: _Piece, stage=None) -> list:
+            stmts = loop.body if stage is None else [s for s, st in zip(loop.body, stages) if st == stage]
+            self._declare(pc, stmts, local)
+            return self.copy(stmts, pc, var, start)
+
+        def when(cond, stmts):
+            d = _decided(cond)
+            if d is True:
+                return stmts
+            if d is False or not stmts:
+                return []
+            return [If(cond, stmts)]
+
+        attrs = {"pipeline": U}
+        if not D and tail == "guard":
+            out = []
+            for i in range(U):
+                b = body(piece(i, var + i * step, names[i], steady=True))
+                out += b if i == 0 else when(sympy.Lt(var + i * step, stop), b)
+            result = [For(var, start, stop, U * step, out, attrs, loop.loc)]
+        elif not D:
+            steady = []
+            for i in range(U):
+                steady += body(piece(i, var + i * step, names[i], steady=True))
+            new = For(var, start, stop - (U - 1) * step, U * step, steady, attrs, loop.loc)
+            je = _peel_end(start, stop, step, U, U - 1)
+            epi = []
+            for i in range(U - 1):
+                epi += when(sympy.Lt(je + i * step, stop), body(piece(i, je + i * step, peel[i])))
+            result = [new] + epi
+        else:
+            pro = []
+            for i in range(D):
+                pc = piece(i, start + i * step, names[i] + "p", names[i])
+                pro += when(sympy.Lt(start + i * step, stop), body(pc, 0))
+            steady = []
+            for i in range(U):
+                c = (i + D) % U
+                steady += body(piece(c, var + (i + D) * step, names[c], steady=True), 0)
+                steady += body(piece(i, var + i * step, names[i], steady=True), 1)
+            lead = U + D - 1
+            attrs["skewed"] = D
+            new = For(var, start, stop - lead * step, U * step, steady, attrs, loop.loc)
+            je = _peel_end(start, stop, step, U, lead)
+            epi = []
+            for i in range(U):
+                c = (i + D) % U
+                epi += when(sympy.Lt(je + (i + D) * step, stop),
+                            body(piece(c, je + (i + D) * step, names[c] + "e", names[c]), 0))
+                epi += when(sympy.Lt(je + i * step, stop), body(piece(i, je + i * step, names[i] + "e", names[i]), 1))
+            for i in range(D):
+                epi += when(sympy.Lt(je + (U + i) * step, stop),
+                            body(piece(i, je + (U + i) * step, names[i] + "f", names[i]), 1))
+            result = pro + [new] + epi
+        self._order_end(local_set)
+        if "stage" in loop.attrs:          # a loop inside a skewed loop: its copies keep the loop's stage
+            for ins in walk_instrs(result):
+                ins.attrs["stage"] = loop.attrs["stage"]
+            for s in result:
+                if isinstance(s, For):
+                    s.attrs["stage"] = loop.attrs["stage"]
+        return result
+
+    # ------------------------------------------------------------------ stages and checks
+    def _stage_of(self, s, loop):
+        if isinstance(s, Instr) or isinstance(s, For):
+            st = s.attrs.get("stage")
+            if st is None and isinstance(s, For):
+                inner = {i.attrs.get("stage") for i in walk_instrs(s.body)}
+                st = inner.pop() if len(inner) == 1 else None
+            if st not in (0, 1):
+                what = s.op if isinstance(s, Instr) else f"the loop over {s.var}"
+                raise CompileError(f"software pipelining: {what} in the skewed loop over {loop.var} has no stage "
+                                   f"mark (stage=0 or stage=1)", loc=s.loc or loop.loc)
+            return st
+        if isinstance(s, If):
+            inner = {self._stage_of(i, loop) for i in s.then_body + s.else_body}
+            if len(inner) != 1:
+                raise CompileError(f"software pipelining: an if in the skewed loop over {loop.var} holds "
+                                   f"instructions of stages {sorted(inner)}: one stage a statement",
+                                   loc=s.loc or loop.loc)
+            return inner.pop()
+        raise CompileError(f"software pipelining: {type(s).__name__} in the skewed loop over {loop.var}: "
+                           "only instructions, loops and ifs carry stages", loc=loop.loc)
+
+    def _stages(self, loop, local) -> list:
+        stages = [self._stage_of(s, loop) for s in loop.body]
+        self._check_order(loop, local, stages)
+        return stages
+
+    def _check_order(self, loop, local, stages):
+        """A per-iteration tile is written before it is read, in the order one iteration runs: its stage 0
+        statements, then its stage 1 statements (each in body order)."""
+        order = sorted(range(len(loop.body)), key=lambda k: (stages[k] if stages else 0, k))
+        writer: dict = {}
+        for k, s in enumerate(loop.body):
+            for ins in walk_instrs([s]):
+                w = _written(ins)
+                if w in local and w not in writer:
+                    writer[w] = (stages[k] if stages else 0, ins)
+        first: set = set()
+        for k in order:
+            st = stages[k] if stages else 0
+            for ins in walk_instrs([loop.body[k]]):
+                for t in _read(ins):
+                    if t not in local or t in first:
+                        continue
+                    if t in writer and writer[t][0] > st:
+                        wst, w = writer[t]
+                        raise CompileError(f"software pipelining: tile {t} is read by {ins.op} in stage {st} but "
+                                           f"written by {w.op} in stage {wst}"
+                                           f"{f' (line {w.loc.line})' if w.loc else ''}: stage {st} of an iteration"
+                                           f" runs before its stage {wst}, so the use would precede the definition",
+                                           loc=ins.loc or loop.loc)
+                    raise CompileError(f"software pipelining: tile {t} is read by {ins.op} before the iteration of "
+                                       f"the loop over {loop.var} writes it (a tile carried from one iteration to "
+                                       "the next must be set before the loop)", loc=ins.loc or loop.loc)
+                w = _written(ins)
+                if w is not None:
+                    first.add(w)
+
+    def _crossing(self, loop, stages, local) -> set:
+        """Per-iteration tiles stage 0 writes and stage 1 reads."""
+        w0, r1 = set(), set()
+        for s, st in zip(loop.body, stages):
+            for ins in walk_instrs([s]):
+                if st == 0 and _written(ins) is not None:
+                    w0.add(_written(ins))
+                if st == 1:
+                    r1 |= set(_read(ins))
+        return w0 & r1 & local
+
+    # ------------------------------------------------------------------ tiles
+    def _name(self, t: str, suffix: str) -> str:
+        root, path = self.origin.get(t, (t, ""))
+        n = f"{root}_{suffix}{path}"
+        self.origin[n] = (root, suffix + path)
+        return n
+
+    def _order_start(self):
+        self._new: list = []           # declarations in the order the copies make them
+        self._declared: set = set()
+
+    def _declare(self, pc: _Piece, stmts, local):
+        touched = _touches(stmts, Counter())
+        by_name = {t.name: t for t in self.block.tiles}
+        for t in local:
+            if t not in touched:
+                continue
+            n = pc.rename[t]
+            if n in self._declared or n in by_name:
+                continue
+            base = by_name.get(t)
+            if base is None:
+                raise CompileError(f"software pipelining: tile {t} is not declared", loc=self.block.loc)
+            valid = None if base.valid is None else tuple(_sx(self.subs, v, pc.mapping) for v in base.valid)
+            if valid is not None and tuple(valid) == tuple(base.shape):
+                valid = None
+            buf = pc.rename.get(base.buffer, base.buffer) if base.buffer else None
+            self._new.append(TileDecl(n, base.space, base.dtype, tuple(base.shape), base.addr, valid, base.layout, buf))
+            self._declared.add(n)
+            self.made[n] = self.origin[n]
+
+    def _order_end(self, local: set):
+        """The copies' declarations where the loop's own tiles were (they replace them)."""
+        tiles, out, placed = self.block.tiles, [], False
+        for t in tiles:
+            if t.name in local:
+                if not placed:
+                    out += self._new
+                    placed = True
+                continue
+            out.append(t)
+        if not placed:
+            out += self._new
+        self.block.tiles = out
+        for t in local:
+            self.made.pop(t, None)
+
+    # ------------------------------------------------------------------ copying statements
+    def copy(self, stmts: list, pc: _Piece, var, start) -> list:
+        out = []
+        for s in stmts:
+            if isinstance(s, Instr):
+                out.append(self.copy_instr(s, pc))
+            elif isinstance(s, For):
+                attrs = {k: v for k, v in s.attrs.items() if k != "stage"}
+                out.append(For(s.var, _sx(self.subs, s.start, pc.mapping), _sx(self.subs, s.stop, pc.mapping),
+                               _sx(self.subs, s.step, pc.mapping), self.copy(s.body, pc, var, start), attrs, s.loc))
+            elif isinstance(s, If):
+                if s.else_body:
+                    if pc.steady and _first_iteration_test(s.cond, var, start) and \
+                            sympy.sympify(pc.offset).is_positive:
+                        out += self.copy(s.else_body, pc, var, start)
+                        continue
+                    out.append(If(_sx(self.subs, s.cond, pc.mapping), self.copy(s.then_body, pc, var, start),
+                                  self.copy(s.else_body, pc, var, start), s.loc))
+                    continue
+                cond = _sx(self.subs, s.cond, pc.mapping)
+                d = _decided(cond)
+                if d is False:
+                    continue
+                body = self.copy(s.then_body, pc, var, start)
+                if d is True:
+                    out += body
+                elif body:
+                    out.append(If(cond, body, [], s.loc))
+            else:
+                out.append(s)
+        return out
+
+    def copy_instr(self, ins: Instr, pc: _Piece) -> Instr:
+        ops = []
+        for o in ins.operands:
+            if isinstance(o, str):
+                ops.append(pc.rename.get(o, o))
+            elif isinstance(o, GMRegion):
+                ops.append(GMRegion(o.param, tuple(_sx(self.subs, x, pc.mapping) for x in o.offsets), o.clipped))
+            else:
+                ops.append(_sx(self.subs, o, pc.mapping))
+        attrs = {}
+        for k, v in ins.attrs.items():
+            if k == "stage":
+                continue
+            if k == HANDOFF:
+                new = pc.marks.get(id(v))
+                if new is None:
+                    new = pc.marks[id(v)] = HandoffAccess(v.buffer, v.use, v.home)
+                v = new
+            elif k == "tmp" and isinstance(v, str):
+                v = pc.rename.get(v, v)
+            attrs[k] = v
+        return Instr(ins.op, ops, ins.pipe, attrs, ins.loc)
+
+
+def _slot_symbol(loop: For, slot):
+    """The loop's slot symbol (a Symbol, or the name of one its body's expressions hold)."""
+    if slot is None or isinstance(slot, sympy.Symbol):
+        return slot
+    for ins in walk_instrs(loop.body):
+        for o in ins.operands:
+            for x in (o.offsets if isinstance(o, GMRegion) else (o,)):
+                if isinstance(x, sympy.Basic):
+                    for f in x.free_symbols:
+                        if f.name == slot:
+                            return f
+    return None
+
+
+def _written(ins: Instr):
+    """The tile an instruction writes (its destination), None for a store."""
+    o = ins.operands[0] if ins.operands else None
+    return o if isinstance(o, str) and ins.spec.kind != "store" else None
+
+
+def _read(ins: Instr) -> list:
+    """The tiles an instruction reads: its source tiles and scratch (a destination only when also a source)."""
+    tiles = touched_tiles(ins)
+    w = _written(ins)
+    return [t for t in tiles if t != w or t in ins.operands[1:]]
+
+
+def _first_iteration_test(cond, var, start) -> bool:
+    return isinstance(cond, sympy.Eq) and cond.lhs == var and sympy.sympify(cond.rhs) == sympy.sympify(start)
+
+
+def _peel_end(start, stop, step: int, unroll: int, lead: int):
+    """The first index the loop ``for j in range(start, stop - lead*step, unroll*step)`` does not run."""
+    group = unroll * step
+    return start + group * _smax0(sympy.ceiling((sympy.sympify(stop) - lead * step - start) / group))
+
+
+def _renumber_handoffs(stmts) -> None:
+    """Uses numbered in program order (one number per distinct mark)."""
+    seen: dict = {}
+    for ins in walk_instrs(stmts):
+        m = ins.attrs.get(HANDOFF)
+        if m is None:
+            continue
+        new = seen.get(id(m))
+        if new is None:
+            new = seen[id(m)] = (m, HandoffAccess(m.buffer, len(seen), m.home))
+        ins.attrs[HANDOFF] = new[1]
+
+
+__all__ = ["software_pipeline", "MARKS"]

@@ -1,0 +1,381 @@
+"""software_pipeline.software_pipeline, Block IR text in and out: a loop marked ``{unroll=U}`` becomes U copies
+a step with their own tiles (multi-buffering) and the loop variable substituted per copy, the iterations
+the loop does not run peeled under ``if`` (or, with ``tail=guard``, the later copies guarded inside the
+loop); with ``skew=D`` and stage marks, a prologue of D stage-0 iterations, a steady state that runs stage 0
+of iteration i + D before stage 1 of iteration i, and the epilogue. Tails: trip counts not a multiple of
+the depth, smaller than the depth, and dynamic. Bad stage marks are a CompileError naming the line."""
+import pytest
+import sympy
+
+from pypto.errors import CompileError
+from pypto.ir.block import For, If, walk_instrs
+from pypto.passes.cross_core import HANDOFF, HandoffAccess, HandoffBuffer
+from pypto.passes.software_pipeline import software_pipeline
+
+from .ir_text import assert_text, block
+
+HEAD = """
+block k  core=AIV  args(x: gm f32[n, 64], o: gm f32[8, 64])  params(n)
+  symbols n: int>0
+  tile acc : ub f32[8, 64]
+  tile y : ub f32[8, 64]
+  tile z : ub f32[8, 64]
+"""
+
+
+def _run(text):
+    blk = block(HEAD + text)
+    software_pipeline(blk)
+    return blk
+
+
+def test_depth_2_with_an_odd_trip_count_peels_the_last_iteration():
+    """5 iterations: the loop runs copies a, b for i = 0, 2; the last (i = 4) follows, unconditionally (a
+    static trip count decides its guard); the accumulator set before the loop is not copied."""
+    blk = _run("""
+  TEXPANDS acc, 0.0
+  for i in range(0, 5, 1) {unroll=2}:
+    TLOAD  y, x[8*i, 0]
+    TEXP   z, y
+    TADD   acc, acc, z
+  TSTORE o[0, 0], acc
+""")
+    assert_text(blk, """
+block k core=AIV args(x: gm f32[n, 64], o: gm f32[8, 64]) params(n)
+  symbols n: int>0
+  tile acc : ub f32[8, 64]
+  tile y_a : ub f32[8, 64]
+  tile z_a : ub f32[8, 64]
+  tile y_b : ub f32[8, 64]
+  tile z_b : ub f32[8, 64]
+  tile y_ae : ub f32[8, 64]
+  tile z_ae : ub f32[8, 64]
+  TEXPANDS acc, 0.0 V
+  for i in range(0, 4, 2) {pipeline=2}:
+    TLOAD y_a, x[8*i, 0] MTE2
+    TEXP z_a, y_a V
+    TADD acc, acc, z_a V
+    TLOAD y_b, x[8*i + 8, 0] MTE2
+    TEXP z_b, y_b V
+    TADD acc, acc, z_b V
+  TLOAD y_ae, x[32, 0] MTE2
+  TEXP z_ae, y_ae V
+  TADD acc, acc, z_ae V
+  TSTORE o[0, 0], acc MTE3
+""")
+
+
+def test_depth_3_with_a_dynamic_trip_count_guards_each_peeled_iteration():
+    blk = _run("""
+  TEXPANDS acc, 0.0
+  for i in range(0, n, 1) {unroll=3}:
+    TLOAD  y, x[8*i, 0]
+    TADD   acc, acc, y
+  TSTORE o[0, 0], acc
+""")
+    assert_text(blk, """
+block k core=AIV args(x: gm f32[n, 64], o: gm f32[8, 64]) params(n)
+  symbols n: int>0
+  tile acc : ub f32[8, 64]
+  tile y_a : ub f32[8, 64]
+  tile y_b : ub f32[8, 64]
+  tile y_c : ub f32[8, 64]
+  tile y_ae : ub f32[8, 64]
+  tile y_be : ub f32[8, 64]
+  tile z : ub f32[8, 64]
+  TEXPANDS acc, 0.0 V
+  for i in range(0, n - 2, 3) {pipeline=3}:
+    TLOAD y_a, x[8*i, 0] MTE2
+    TADD acc, acc, y_a V
+    TLOAD y_b, x[8*i + 8, 0] MTE2
+    TADD acc, acc, y_b V
+    TLOAD y_c, x[8*i + 16, 0] MTE2
+    TADD acc, acc, y_c V
+  if 3*Max(0, ceiling(n/3 - 2/3)) < n:
+    TLOAD y_ae, x[24*Max(0, ceiling(n/3 - 2/3)), 0] MTE2
+    TADD acc, acc, y_ae V
+  if 3*Max(0, ceiling(n/3 - 2/3)) + 1 < n:
+    TLOAD y_be, x[24*Max(0, ceiling(n/3 - 2/3)) + 8, 0] MTE2
+    TADD acc, acc, y_be V
+  TSTORE o[0, 0], acc MTE3
+""")
+
+
+def test_a_trip_count_smaller_than_the_depth_runs_only_the_peeled_iterations():
+    """1 iteration, depth 3: the loop's range is empty; the first peeled iteration runs, the second is dropped
+    (and its tiles are not declared)."""
+    blk = _run("""
+  for i in range(0, 1, 1) {unroll=3}:
+    TLOAD  y, x[8*i, 0]
+    TSTORE o[0, 0], y
+""")
+    assert_text(blk, """
+block k core=AIV args(x: gm f32[n, 64], o: gm f32[8, 64]) params(n)
+  symbols n: int>0
+  tile acc : ub f32[8, 64]
+  tile y_a : ub f32[8, 64]
+  tile y_b : ub f32[8, 64]
+  tile y_c : ub f32[8, 64]
+  tile y_ae : ub f32[8, 64]
+  tile z : ub f32[8, 64]
+  for i in range(0, -1, 3) {pipeline=3}:
+    TLOAD y_a, x[8*i, 0] MTE2
+    TSTORE o[0, 0], y_a MTE3
+    TLOAD y_b, x[8*i + 8, 0] MTE2
+    TSTORE o[0, 0], y_b MTE3
+    TLOAD y_c, x[8*i + 16, 0] MTE2
+    TSTORE o[0, 0], y_c MTE3
+  TLOAD y_ae, x[0, 0] MTE2
+  TSTORE o[0, 0], y_ae MTE3
+""")
+
+
+def test_guarded_tail_keeps_every_iteration_in_the_loop():
+    """tail=guard (Tensor mode's ping-pong): copy s1 under ``if i + 1 < n`` inside the loop, names given."""
+    blk = _run("""
+  TEXPANDS acc, 0.0
+  for i in range(0, n, 1) {unroll=2, tail=guard, names=(s0, s1)}:
+    TLOAD  y, x[8*i, 0]
+    TADD   acc, acc, y
+  TSTORE o[0, 0], acc
+""")
+    assert_text(blk, """
+block k core=AIV args(x: gm f32[n, 64], o: gm f32[8, 64]) params(n)
+  symbols n: int>0
+  tile acc : ub f32[8, 64]
+  tile y_s0 : ub f32[8, 64]
+  tile y_s1 : ub f32[8, 64]
+  tile z : ub f32[8, 64]
+  TEXPANDS acc, 0.0 V
+  for i in range(0, n, 2) {pipeline=2}:
+    TLOAD y_s0, x[8*i, 0] MTE2
+    TADD acc, acc, y_s0 V
+    if i + 1 < n:
+      TLOAD y_s1, x[8*i + 8, 0] MTE2
+      TADD acc, acc, y_s1 V
+  TSTORE o[0, 0], acc MTE3
+""")
+
+
+def test_skew_2_depth_3_dynamic_runs_stage_0_two_iterations_ahead():
+    """y crosses from stage 0 (the load) to stage 1 (exp, add): the prologue loads iterations 0 and 1 into
+    the tiles the loop's copies a and b read; the steady state loads i + 2 (copy c) before it finishes i
+    (copy a); the epilogue finishes what the loop started (stage 0 of je + 2 .. je + 4, stage 1 of je ..
+    je + 4), each under its own guard, with its own tiles for what does not cross (z)."""
+    blk = _run("""
+  TEXPANDS acc, 0.0
+  for i in range(0, n, 1) {unroll=3, skew=2}:
+    TLOAD  y, x[8*i, 0] {stage=0}
+    TEXP   z, y {stage=1}
+    TADD   acc, acc, z {stage=1}
+  TSTORE o[0, 0], acc
+""")
+    g = "3*Max(0, ceiling(n/3 - 4/3))"
+    assert_text(blk, f"""
+block k core=AIV args(x: gm f32[n, 64], o: gm f32[8, 64]) params(n)
+  symbols n: int>0
+  tile acc : ub f32[8, 64]
+  tile y_a : ub f32[8, 64]
+  tile y_b : ub f32[8, 64]
+  tile y_c : ub f32[8, 64]
+  tile z_a : ub f32[8, 64]
+  tile z_b : ub f32[8, 64]
+  tile z_c : ub f32[8, 64]
+  tile z_ae : ub f32[8, 64]
+  tile z_be : ub f32[8, 64]
+  tile z_ce : ub f32[8, 64]
+  tile z_af : ub f32[8, 64]
+  tile z_bf : ub f32[8, 64]
+  TEXPANDS acc, 0.0 V
+  TLOAD y_a, x[0, 0] MTE2
+  if 1 < n:
+    TLOAD y_b, x[8, 0] MTE2
+  for i in range(0, n - 4, 3) {{pipeline=3, skewed=2}}:
+    TLOAD y_c, x[8*i + 16, 0] MTE2
+    TEXP z_a, y_a V
+    TADD acc, acc, z_a V
+    TLOAD y_a, x[8*i + 24, 0] MTE2
+    TEXP z_b, y_b V
+    TADD acc, acc, z_b V
+    TLOAD y_b, x[8*i + 32, 0] MTE2
+    TEXP z_c, y_c V
+    TADD acc, acc, z_c V
+  if {g} + 2 < n:
+    TLOAD y_c, x[24*Max(0, ceiling(n/3 - 4/3)) + 16, 0] MTE2
+  if {g} < n:
+    TEXP z_ae, y_a V
+    TADD acc, acc, z_ae V
+  if {g} + 3 < n:
+    TLOAD y_a, x[24*Max(0, ceiling(n/3 - 4/3)) + 24, 0] MTE2
+  if {g} + 1 < n:
+    TEXP z_be, y_b V
+    TADD acc, acc, z_be V
+  if {g} + 4 < n:
+    TLOAD y_b, x[24*Max(0, ceiling(n/3 - 4/3)) + 32, 0] MTE2
+  if {g} + 2 < n:
+    TEXP z_ce, y_c V
+    TADD acc, acc, z_ce V
+  if {g} + 3 < n:
+    TEXP z_af, y_a V
+    TADD acc, acc, z_af V
+  if {g} + 4 < n:
+    TEXP z_bf, y_b V
+    TADD acc, acc, z_bf V
+  TSTORE o[0, 0], acc MTE3
+""")
+
+
+def test_skew_with_a_trip_count_smaller_than_the_depth():
+    """2 iterations, depth 3, skew 2: the prologue runs stage 0 of both, the loop none, the epilogue stage 1
+    of both; stage 0 tiles that do not cross (y) are the prologue's own (y_ap, y_bp)."""
+    blk = _run("""
+  TEXPANDS acc, 0.0
+  for i in range(0, 2, 1) {unroll=3, skew=2}:
+    TLOAD  y, x[8*i, 0] {stage=0}
+    TEXP   z, y {stage=0}
+    TADD   acc, acc, z {stage=1}
+  TSTORE o[0, 0], acc
+""")
+    assert_text(blk, """
+block k core=AIV args(x: gm f32[n, 64], o: gm f32[8, 64]) params(n)
+  symbols n: int>0
+  tile acc : ub f32[8, 64]
+  tile y_ap : ub f32[8, 64]
+  tile z_a : ub f32[8, 64]
+  tile y_bp : ub f32[8, 64]
+  tile z_b : ub f32[8, 64]
+  tile y_c : ub f32[8, 64]
+  tile z_c : ub f32[8, 64]
+  tile y_a : ub f32[8, 64]
+  tile y_b : ub f32[8, 64]
+  TEXPANDS acc, 0.0 V
+  TLOAD y_ap, x[0, 0] MTE2
+  TEXP z_a, y_ap V
+  TLOAD y_bp, x[8, 0] MTE2
+  TEXP z_b, y_bp V
+  for i in range(0, -2, 3) {pipeline=3, skewed=2}:
+    TLOAD y_c, x[8*i + 16, 0] MTE2
+    TEXP z_c, y_c V
+    TADD acc, acc, z_a V
+    TLOAD y_a, x[8*i + 24, 0] MTE2
+    TEXP z_a, y_a V
+    TADD acc, acc, z_b V
+    TLOAD y_b, x[8*i + 32, 0] MTE2
+    TEXP z_b, y_b V
+    TADD acc, acc, z_c V
+  TADD acc, acc, z_a V
+  TADD acc, acc, z_b V
+  TSTORE o[0, 0], acc MTE3
+""")
+
+
+def test_nested_loops_are_pipelined_innermost_first_and_names_compose():
+    """The inner loop's copies (y_a, y_b, y_ae) copied again by the outer loop: y_ab is outer copy a of inner
+    copy b, y_aeb the outer peeled iteration's (ae) copy b; the inner loop's state (acc), set in the outer body, is one per outer copy; valid shapes get each
+    copy's iteration; the accumulator's first step (an if with an else branch) is decided only in the inner
+    copy that is never the first iteration."""
+    blk = block("""
+block k  core=AIV  args(x: gm f32[m, 64], o: gm f32[m, 64])  params(m)
+  symbols m: int>0
+  tile w : ub f32[8, 64]
+  tile y : ub f32[8, 64]  valid [Min(8, m - 8*t), 64]
+  tile acc : ub f32[8, 64]  valid [Min(8, m - 8*t), 64]
+  TLOAD w, x[0, 0]
+  for t in range(0, 3, 1) {unroll=2}:
+    for j in range(0, 3, 1) {unroll=2}:
+      TLOAD y, x[8*t, 0]
+      if Eq(j, 0):
+        TMUL acc, y, w
+      else:
+        TADD acc, acc, y
+    TSTORE o[8*t, 0], acc
+""")
+    software_pipeline(blk)
+    assert [t.name for t in blk.tiles] == ["w", "y_aa", "y_ab", "y_aae", "acc_a", "y_ba", "y_bb", "y_bae", "acc_b",
+                                           "y_aea", "y_aeb", "y_aeae", "acc_ae"]
+    decl = {t.name: t for t in blk.tiles}
+    assert str(decl["acc_b"].valid[0]) == "Min(8, m - 8*t - 8)" and str(decl["y_ab"].valid[0]) == "Min(8, m - 8*t)"
+    assert str(decl["y_aeae"].valid[0]) == "Min(8, m - 16)" and decl["w"].valid is None
+    outer = blk.body[1]
+    assert isinstance(outer, For) and outer.attrs == {"pipeline": 2} and outer.stop == 2
+    inner = outer.body[0]
+    assert isinstance(inner, For) and inner.attrs == {"pipeline": 2}
+    first, later = inner.body[1], inner.body[3]
+    assert isinstance(first, If) and first.cond == sympy.Eq(inner.var, 0)
+    assert [i.op for i in first.then_body] == ["TMUL"] and [i.op for i in first.else_body] == ["TADD"]
+    assert later.op == "TADD" and later.operands == ["acc_a", "acc_a", "y_ab"]
+    # the peeled inner iteration (j = 2) keeps both forms: the pass decides the test only in the loop's copies
+    peeled = outer.body[2]
+    assert isinstance(peeled, If) and peeled.else_body[0].operands == ["acc_a", "acc_a", "y_aae"]
+    store = outer.body[3]
+    assert store.op == "TSTORE" and store.operands[1] == "acc_a"
+    assert blk.body[-1].op == "TSTORE" and blk.body[-1].operands[0].offsets[0] == 16    # the outer peeled copy: t = 2
+
+
+def test_handoff_uses_are_one_per_copy_and_the_slot_is_the_copy():
+    """Two stores of one handoff in the body share a mark; each copy gets its own use, numbered in program
+    order, and the slot symbol in the workspace offset becomes the copy's index."""
+    blk = block("""
+block k  core=AIV  args(x: gm f32[64, 64], ws: gm f32[64, 64])
+  symbols slot: int>=0
+  tile y : ub f32[8, 64]
+  for i in range(0, 4, 1) {unroll=2, slot=slot}:
+    TLOAD  y, x[8*i, 0]
+    TSTORE ws[16*slot, 0], y
+    TSTORE ws[16*slot + 8, 0], y
+""")
+    mark = HandoffAccess(HandoffBuffer(0, "workspace ws", 2), 7)
+    for ins in walk_instrs(blk.body):
+        if ins.op == "TSTORE":
+            ins.attrs[HANDOFF] = mark
+    software_pipeline(blk)
+    stores = [i for i in walk_instrs(blk.body) if i.op == "TSTORE"]
+    marks = [i.attrs[HANDOFF] for i in stores]
+    assert marks[0] is marks[1] and marks[2] is marks[3] and marks[1] is not marks[2]
+    assert [m.use for m in marks] == [0, 0, 1, 1] and {m.buffer for m in marks} == {mark.buffer}
+    assert [i.operands[0].offsets[0] for i in stores] == [0, 8, 16, 24]
+
+
+def test_a_stage_mark_that_reads_before_the_definition_is_an_error():
+    """z is written in stage 1 and read in stage 0: stage 0 of iteration i runs before its stage 1."""
+    with pytest.raises(CompileError, match=r"tile z is read by TADD in stage 0 but written by TEXP in stage 1.*"
+                                           r"use would precede the definition") as e:
+        _run("""
+  TEXPANDS acc, 0.0
+  for i in range(0, n, 1) {unroll=3, skew=2}:
+    TLOAD  y, x[8*i, 0] {stage=0}
+    TEXP   z, y {stage=1}                       # model.py:11
+    TADD   acc, acc, z {stage=0}                # model.py:12
+  TSTORE o[0, 0], acc
+""")
+    assert (e.value.loc.file, e.value.loc.line) == ("model.py", 12) and "(line 11)" in str(e.value)
+
+
+def test_missing_or_mixed_stage_marks_and_bad_marks_are_errors():
+    with pytest.raises(CompileError, match="TEXP in the skewed loop over i has no stage mark"):
+        _run("""
+  for i in range(0, n, 1) {unroll=2, skew=1}:
+    TLOAD  y, x[8*i, 0] {stage=0}
+    TEXP   z, y
+    TSTORE o[0, 0], z {stage=1}
+""")
+    with pytest.raises(CompileError, match="an if in the skewed loop over i holds instructions of stages"):
+        _run("""
+  for i in range(0, n, 1) {unroll=2, skew=1}:
+    TLOAD  y, x[8*i, 0] {stage=0}
+    if i < 3:
+      TEXP   z, y {stage=0}
+      TSTORE o[0, 0], z {stage=1}
+""")
+    with pytest.raises(CompileError, match="bad mark on the loop over i"):
+        _run("""
+  for i in range(0, n, 1) {unroll=2, skew=2}:
+    TLOAD  y, x[8*i, 0]
+""")
+    with pytest.raises(CompileError, match="tile y is read by TEXP before the iteration of the loop over i writes it"):
+        _run("""
+  for i in range(0, n, 1) {unroll=2}:
+    TEXP   z, y
+    TLOAD  y, x[8*i, 0]
+    TSTORE o[0, 0], z
+""")
