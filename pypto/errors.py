@@ -88,6 +88,10 @@ class PyptoError(Exception):
         return text
 
 
+class PyptoDeprecationWarning(DeprecationWarning):
+    """An old spelling that still works: the message names its replacement (reported at the user's line)."""
+
+
 class ShapeError(PyptoError):
     """Shapes do not agree (broadcast, matmul K, rank, a missing dim)."""
 

@@ -31,10 +31,10 @@ def flash_attention(Q, K, V, O, BM: int = 64, BN: int = 256, causal: bool = True
         s = pt.matmul(q, k, trans_b=True, out_dtype=scores).float() * scale
         if causal:
             s = pt.where(pt.causal_mask((BM, BN), i * BM, j * BN), s, float("-inf"))
-        m_new = pt.maximum(m, pt.rowmax(s))
+        m_new = pt.maximum(m, pt.amax(s, dim=-1))
         alpha = pt.exp(m - m_new)
         p = pt.exp(s - m_new)
-        l = l * alpha + pt.rowsum(p)
+        l = l * alpha + pt.sum(p, dim=-1)
         v = pt.load(V[bh].tile((BN, d))[j, 0])
         acc = acc * alpha + pt.matmul(p.to(V.dtype), v, out_dtype=partials)
         m = m_new

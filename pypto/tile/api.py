@@ -7,16 +7,20 @@ cast; elementwise math on fp16/bf16 computes in fp32 and rounds once per op, as 
 """
 from __future__ import annotations
 
+import difflib
 import math
+import warnings
 
 import sympy
 
 from .. import dtypes
 from ..dtypes import DataType
-from ..errors import DTypeError, ShapeError, TilingError, TypeMismatchError, user_location
+from ..errors import (DTypeError, PyptoDeprecationWarning, ShapeError, TilingError, TypeMismatchError,
+                      user_location)
 from . import trace
 from .ir import Value
-from .optable import COMPARES
+from .optable import _BINARY, _UNARY, COMPARES, OPS, REDUCTIONS, SCALAR_OPS
+from ..ir.isa import ISA
 from .views import TileGrid, TileView
 
 F32 = dtypes.float32
@@ -75,12 +79,12 @@ class Tile:
     def __rpow__(self, o): return pow(o, self)
     def __neg__(self): return neg(self)
     def __abs__(self): return abs(self)
-    def __lt__(self, o): return compare(self, o, "lt")
-    def __le__(self, o): return compare(self, o, "le")
-    def __gt__(self, o): return compare(self, o, "gt")
-    def __ge__(self, o): return compare(self, o, "ge")
-    def __eq__(self, o): return compare(self, o, "eq")
-    def __ne__(self, o): return compare(self, o, "ne")
+    def __lt__(self, o): return _compare(self, o, "lt")
+    def __le__(self, o): return _compare(self, o, "le")
+    def __gt__(self, o): return _compare(self, o, "gt")
+    def __ge__(self, o): return _compare(self, o, "ge")
+    def __eq__(self, o): return _compare(self, o, "eq")
+    def __ne__(self, o): return _compare(self, o, "ne")
 
     def _update(self, t: "Tile") -> "Tile":
         self._v = t._v
@@ -101,9 +105,18 @@ class Tile:
     def float(self): return cast(self, F32)
     def half(self): return cast(self, dtypes.float16)
     def transpose(self): return transpose(self)
-    def sum(self, dim: int = -1): return _reduce_dim("sum", self, dim)
-    def max(self, dim: int = -1): return _reduce_dim("max", self, dim)
-    def min(self, dim: int = -1): return _reduce_dim("min", self, dim)
+    def sum(self, dim: int = -1, keepdim: bool = True): return _reduce_dim("sum", self, dim, keepdim)
+    def amax(self, dim: int = -1, keepdim: bool = True): return _reduce_dim("amax", self, dim, keepdim)
+    def amin(self, dim: int = -1, keepdim: bool = True): return _reduce_dim("amin", self, dim, keepdim)
+    def prod(self, dim: int = -1, keepdim: bool = True): return _reduce_dim("prod", self, dim, keepdim)
+    def max(self, dim: int = -1): return _reduce_dim("amax", self, dim)
+    def min(self, dim: int = -1): return _reduce_dim("amin", self, dim)
+    def expand(self, *shape): return expand(self, shape[0] if len(shape) == 1 else shape)
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise _unknown(name, [n for n in dir(Tile) if not n.startswith("_")], "a tile has no method")
 
 
 # ------------------------------------------------------------------ helpers
@@ -243,9 +256,7 @@ def _fresh_product(v: Value) -> bool:
 
 
 # ------------------------------------------------------------------ elementwise
-_SCALAR_OPS = {"add": ("adds", "adds"), "sub": ("subs", "rsubs"), "mul": ("muls", "muls"),
-               "div": ("divs", "rdivs"), "maximum": ("maxs", "maxs"), "minimum": ("mins", "mins"),
-               "pow": ("pows", "rpows")}
+_COMMUTATIVE = {n for n in _BINARY if OPS[n].commutative}
 
 
 def _binary(name: str, a, b) -> Tile:
@@ -258,11 +269,13 @@ def _binary(name: str, a, b) -> Tile:
         if not _is_scalar(s):
             raise TypeMismatchError(f"pt.{name}: expected a tile or a number, found {type(s).__name__}")
         v = _val(t)
-        op = _SCALAR_OPS[name][0 if ta else 1]
         dtype = dtypes.promote_scalar(v.dtype, s) if isinstance(s, (int, float)) else v.dtype
         if dtype != v.dtype:
             v = _val(cast(t, dtype))
-        return _emit(op, [v, s], out=_out(v))
+        if name not in SCALAR_OPS:            # no scalar form of its instruction: the number as a tile
+            s = full_like(Tile(v), s)
+            return _binary(name, *((Tile(v), s) if ta else (s, Tile(v))))
+        return _emit(SCALAR_OPS[name][0 if ta else 1], [v, s], out=_out(v))
     va, vb = _val(a), _val(b)
     if name == "add" and va.shape == vb.shape:         # acc + a @ b: accumulate on the cube
         for x, y in ((va, vb), (vb, va)):
@@ -278,50 +291,55 @@ def _binary(name: str, a, b) -> Tile:
     (r1, c1), (r2, c2) = va.shape, vb.shape
     if (r1, c1) == (r2, c2):
         return _emit(name, [va, vb], out=_out(va))
-    if r1 == r2 and c2 == 1:
-        return _emit(f"{name}_row", [va, vb], out=_out(va))
-    if c1 == c2 and r2 == 1:
-        return _emit(f"{name}_col", [va, vb], out=_out(va))
+    if r1 == r2 and c2 == 1 or c1 == c2 and r2 == 1:
+        form = f"{name}_row" if r1 == r2 and c2 == 1 else f"{name}_col"
+        if form in OPS:
+            return _emit(form, [va, vb], out=_out(va))
+        return _binary(name, Tile(va), _expand(Tile(vb), va.shape, valid=va.valid))   # no broadcast form
     if r1 == r2 and c1 == 1 or c1 == c2 and r1 == 1:     # the broadcast one first
         big = Tile(vb)
-        if name in ("add", "mul", "maximum", "minimum"):
+        if name in _COMMUTATIVE:
             return _binary(name, big, Tile(va))
-        return _binary(name, broadcast_to(Tile(va), vb.shape, valid=vb.valid), big)
+        return _binary(name, _expand(Tile(va), vb.shape, valid=vb.valid), big)
     if c1 == 1 and r2 == 1:                             # [R, 1] op [1, C]
         shape = (r1, c2)
         valid = (va.valid[0], vb.valid[1])
-        return _binary(name, broadcast_to(Tile(va), shape, valid=valid), Tile(vb))
+        return _binary(name, _expand(Tile(va), shape, valid=valid), Tile(vb))
     if r1 == 1 and c2 == 1:
-        return _binary(name, Tile(vb), Tile(va)) if name in ("add", "mul", "maximum", "minimum") else \
-            _binary(name, broadcast_to(Tile(va), (r2, c1), valid=(vb.valid[0], va.valid[1])), Tile(vb))
+        return _binary(name, Tile(vb), Tile(va)) if name in _COMMUTATIVE else \
+            _binary(name, _expand(Tile(va), (r2, c1), valid=(vb.valid[0], va.valid[1])), Tile(vb))
     raise ShapeError(f"pt.{name}: tiles {_fmt(a)} and {_fmt(b)} do not broadcast "
                      "(same shape, or one of them [R, 1] / [1, C])")
 
 
-def add(a, b): return _binary("add", a, b)
-def sub(a, b): return _binary("sub", a, b)
-def mul(a, b): return _binary("mul", a, b)
-def div(a, b): return _binary("div", a, b)
-def maximum(a, b): return _binary("maximum", a, b)
-def minimum(a, b): return _binary("minimum", a, b)
-def pow(a, b): return _binary("pow", a, b)     # noqa: A001
-
-
-def _unary(name: str):
-    def fn(x: Tile) -> Tile:
-        v = _val(_tile(x, name))
-        if not v.dtype.is_floating and name not in ("abs", "neg", "relu"):
-            raise DTypeError(f"pt.{name}: expected a floating tile, found {v.dtype}")
-        return _emit(name, [v], out=_out(v))
-    fn.__name__ = name
-    fn.__doc__ = f"Elementwise {name} of a tile."
+def _binary_fn(name: str):
+    def fn(a, b) -> Tile:
+        return _binary(name, a, b)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"Elementwise {name} of two tiles, or of a tile and a number (torch's {name}, broadcasting " \
+                 "[R, 1] / [1, C])."
     return fn
 
 
-exp, log, sqrt, rsqrt, abs, neg, relu = (_unary(n) for n in ("exp", "log", "sqrt", "rsqrt", "abs", "neg", "relu"))
-tanh, sigmoid, erf, sin, cos = (_unary(n) for n in ("tanh", "sigmoid", "erf", "sin", "cos"))
-log1p, expm1, floor, ceil = (_unary(n) for n in ("log1p", "expm1", "floor", "ceil"))
-reciprocal = _unary("reciprocal")
+def _unary(name: str):
+    result = ISA[OPS[name].pto].result
+
+    def fn(x: Tile) -> Tile:
+        v = _val(_tile(x, name))
+        if not v.dtype.is_floating and ISA[OPS[name].pto].dtypes == "float":
+            raise DTypeError(f"pt.{name}: expected a floating tile, found {v.dtype}")
+        return _emit(name, [v], out=_out(v, dtype=dtypes.bool_ if result == "mask" else None))
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"Elementwise {name} of a tile (torch's {name})."
+    return fn
+
+
+# one function per elementwise op of the registry (optable: its binary and unary one-instruction ops)
+for _n in _BINARY:
+    globals()[_n] = _binary_fn(_n)
+for _n in _UNARY:
+    globals()[_n] = _unary(_n)
+ELEMENTWISE = (*_BINARY, *_UNARY)
 
 
 def cast(x: Tile, dtype, *, round: str | None = None) -> Tile:    # noqa: A002
@@ -362,48 +380,59 @@ def transpose(x: Tile) -> Tile:
     return _emit("transpose", [v], out=((v.shape[1], v.shape[0]), v.dtype, (v.valid[1], v.valid[0])))
 
 
-def broadcast_to(x: Tile, shape, *, valid=None) -> Tile:
-    """[R, 1] -> [R, C] (row expand) or [1, C] -> [R, C] (column expand)."""
-    v = _val(_tile(x, "broadcast_to"))
+def expand(x: Tile, *shape) -> Tile:
+    """``x`` repeated to ``shape`` (torch's expand): [R, 1] -> [R, C] (row expand) or [1, C] -> [R, C]
+    (column expand). ``pt.expand(x, (R, C))``, ``pt.expand(x, R, C)`` or ``x.expand(R, C)``."""
+    shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+    return _expand(_tile(x, "expand"), shape)
+
+
+def _expand(x: Tile, shape, *, valid=None) -> Tile:
+    v = _val(_tile(x, "expand"))
     shape = tuple(shape)
     if v.shape == shape:
         return x
-    if v.shape[1] == 1 and v.shape[0] == shape[0]:
+    if len(shape) == 2 and v.shape[1] == 1 and v.shape[0] == shape[0]:
         op, valid = "rowexpand", valid or (v.valid[0], shape[1])
-    elif v.shape[0] == 1 and v.shape[1] == shape[1]:
+    elif len(shape) == 2 and v.shape[0] == 1 and v.shape[1] == shape[1]:
         op, valid = "colexpand", valid or (shape[0], v.valid[1])
     else:
-        raise ShapeError(f"pt.broadcast_to: a {_fmt(x)} tile does not broadcast to {list(shape)}")
+        raise ShapeError(f"pt.expand: a {_fmt(x)} tile does not expand to {list(shape)} (an [R, 1] tile "
+                         "expands to [R, C], a [1, C] tile to [R, C])")
     return _emit(op, [v], out=(shape, v.dtype, valid))
 
 
 # ------------------------------------------------------------------ reductions
-def _reduction(name: str):
-    row = name.startswith("row")
+def _reduce_dim(kind: str, x: Tile, dim: int, keepdim: bool = True) -> Tile:
+    """The registry's reduction ``kind`` (sum, amax, amin, prod) over one dim of a tile: dim=-1 (or 1)
+    gives one value per row ([R, 1]), dim=0 (or -2) one per column ([1, C]), over the valid part."""
+    v = _val(_tile(x, kind))
+    if isinstance(dim, bool) or dim not in (0, 1, -1, -2):
+        raise ShapeError(f"pt.{kind}(dim={dim!r}): a tile has dims 0 (rows) and 1 (columns): dim=-1 or 1 gives "
+                         "one value per row, dim=0 one per column")
+    if keepdim is not True:
+        raise ShapeError(f"pt.{kind}(keepdim={keepdim!r}): a tile stays two-dimensional, its reductions "
+                         "keep the reduced dim ([R, 1] / [1, C])")
+    row = dim in (1, -1)
+    op = REDUCTIONS[kind][0 if row else 1][1:].lower()
+    if not v.dtype.is_floating and ISA[OPS[op].pto].dtypes == "float":
+        raise DTypeError(f"pt.{kind}: expected a floating tile, found {v.dtype}")
+    shape = (v.shape[0], 1) if row else (1, v.shape[1])
+    valid = (v.valid[0], 1) if row else (1, v.valid[1])
+    return _emit(op, [v], out=(shape, v.dtype, valid))
 
-    def fn(x: Tile) -> Tile:
-        v = _val(_tile(x, name))
-        shape = (v.shape[0], 1) if row else (1, v.shape[1])
-        valid = (v.valid[0], 1) if row else (1, v.valid[1])
-        return _emit(name, [v], out=(shape, v.dtype, valid))
-    fn.__name__ = name
-    fn.__doc__ = f"{'Row' if row else 'Column'} {name[3:]} of a tile (over its valid part), accumulated in fp32."
+
+def _reduction_fn(kind: str):
+    def fn(x: Tile, dim: int = -1, keepdim: bool = True) -> Tile:
+        return _reduce_dim(kind, x, dim, keepdim)
+    fn.__name__ = fn.__qualname__ = kind
+    fn.__doc__ = (f"torch's {kind}(x, dim, keepdim=True) of a tile over its valid part: dim=-1 (or 1) one value "
+                  f"per row ([R, 1], {REDUCTIONS[kind][0]}), dim=0 one per column ([1, C], {REDUCTIONS[kind][1]}).")
     return fn
 
 
-rowsum, rowmax, rowmin, colsum, colmax, colmin = (_reduction(n) for n in
-                                                  ("rowsum", "rowmax", "rowmin", "colsum", "colmax", "colmin"))
-
-
-def _reduce_dim(kind: str, x: Tile, dim: int) -> Tile:
-    if dim not in (0, 1, -1, -2):
-        raise ShapeError(f"tile.{kind}(dim={dim}): a tile has dims 0 (rows) and 1 (columns)")
-    row = dim in (1, -1)
-    return {"sum": (rowsum, colsum), "max": (rowmax, colmax), "min": (rowmin, colmin)}[kind][0 if row else 1](x)
-
-
-def sum(x: Tile, dim: int = -1) -> Tile:     # noqa: A001
-    return _reduce_dim("sum", x, dim)
+for _n in REDUCTIONS:
+    globals()[_n] = _reduction_fn(_n)
 
 
 def max(x, dim=-1):     # noqa: A001
@@ -413,7 +442,7 @@ def max(x, dim=-1):     # noqa: A001
         return sympy.Max(x, dim)
     if isinstance(dim, Tile) or _is_scalar(dim) and not isinstance(dim, int):
         return maximum(x, dim)
-    return _reduce_dim("max", x, dim)
+    return _reduce_dim("amax", x, dim)
 
 
 def min(x, dim=-1):     # noqa: A001
@@ -422,14 +451,14 @@ def min(x, dim=-1):     # noqa: A001
         return sympy.Min(x, dim)
     if isinstance(dim, Tile) or _is_scalar(dim) and not isinstance(dim, int):
         return minimum(x, dim)
-    return _reduce_dim("min", x, dim)
+    return _reduce_dim("amin", x, dim)
 
 
 def mean(x: Tile, dim: int = -1) -> Tile:
     """Row / column mean over the valid part."""
     v = _val(_tile(x, "mean"))
     n = v.valid[1] if dim in (1, -1) else v.valid[0]
-    return div(sum(x, dim), n if not isinstance(n, int) else float(n))
+    return div(_reduce_dim("sum", x, dim), n if not isinstance(n, int) else float(n))
 
 
 # ------------------------------------------------------------------ generators, masks, select
@@ -489,22 +518,37 @@ def causal_mask(shape, row_offset, col_offset) -> Tile:
     return tril(shape, sympy.sympify(row_offset) - col_offset)
 
 
-def compare(a, b, cmp: str) -> Tile:
-    if cmp not in COMPARES:
-        raise TypeMismatchError(f"pt.compare: cmp is one of {', '.join(COMPARES)}, found {cmp!r}")
+def _compare(a, b, cmp: str) -> Tile:
+    """a <cmp> b elementwise as a bool tile (one of the registry's comparisons, COMPARES); a number on
+    either side."""
     if not isinstance(a, Tile):
+        if not isinstance(b, Tile):
+            raise TypeMismatchError(f"pt.{cmp}: expected at least one tile, found {type(a).__name__} and "
+                                    f"{type(b).__name__}")
         flip = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
-        return compare(b, a, flip[cmp])
+        return _compare(b, a, flip[cmp])
     va = _val(a)
     if _is_scalar(b):
         return _emit("cmps", [va, b], {"cmp": cmp}, _out(va, dtype=dtypes.bool_))
-    vb = _val(_tile(b, "compare", "the right operand"))
+    vb = _val(_tile(b, cmp, "the right operand"))
     if va.shape != vb.shape:
-        raise ShapeError(f"pt.compare: tiles {_fmt(a)} and {_fmt(Tile(vb))} differ in shape")
+        raise ShapeError(f"pt.{cmp}: tiles {_fmt(a)} and {_fmt(Tile(vb))} differ in shape")
     if va.dtype != vb.dtype:
         dt = dtypes.promote(va.dtype, vb.dtype)
         va, vb = _val(cast(a, dt)), _val(cast(Tile(vb), dt))
     return _emit("cmp", [va, vb], {"cmp": cmp}, _out(va, dtype=dtypes.bool_))
+
+
+def _comparison_fn(cmp: str):
+    def fn(a, b) -> Tile:
+        return _compare(a, b, cmp)
+    fn.__name__ = fn.__qualname__ = cmp
+    fn.__doc__ = f"torch's {cmp}(a, b): a bool tile; a tile and a tile of its shape, or a tile and a number."
+    return fn
+
+
+for _n in COMPARES:
+    globals()[_n] = _comparison_fn(_n)
 
 
 def where(mask: Tile, a, b) -> Tile:
@@ -537,9 +581,9 @@ def softmax(x: Tile, dim: int = -1) -> Tile:
     t = _tile(x, "softmax")
     xf = cast(t, F32) if t.dtype in _HALF else t
     row = dim in (1, -1)
-    m = rowmax(xf) if row else colmax(xf)
+    m = _reduce_dim("amax", xf, -1 if row else 0)
     e = exp(xf - m)
-    s = rowsum(e) if row else colsum(e)
+    s = _reduce_dim("sum", e, -1 if row else 0)
     return cast(e / s, t.dtype)
 
 
@@ -557,3 +601,61 @@ def gelu(x: Tile, approximate: str = "none") -> Tile:
 def silu(x: Tile) -> Tile:
     t = _tile(x, "silu")
     return t * sigmoid(t)
+
+
+# ------------------------------------------------------------------ old names
+class UnknownNameError(TypeMismatchError, AttributeError):
+    """``pt.<name>`` or ``tile.<name>`` that does not exist (an AttributeError too, for hasattr / getattr)."""
+
+
+def _unknown(name: str, known, what: str) -> UnknownNameError:
+    close = difflib.get_close_matches(name, [*known, *DEPRECATED], n=3)
+    close = [f"pt.{DEPRECATED[c][0] if c in DEPRECATED else c}" for c in close]
+    return UnknownNameError(f"{what} {name!r}", hint=f"did you mean {' or '.join(close)}?" if close else
+                            "the Tile level's ops are named as in the op registry (torch's names): see "
+                            "pypto/tile/README.md")
+
+
+def unknown_op(name: str, known) -> UnknownNameError:
+    """The error for ``pt.<name>`` that pypto.tile does not have (its module __getattr__)."""
+    return _unknown(name, known, "pypto.tile has no op")
+
+
+_WARNED: set[str] = set()
+
+
+def _deprecated(old: str, new: str, fn):
+    """``fn`` under its old name: warns once per name (PyptoDeprecationWarning at the user's line) naming
+    the registry's spelling ``new``, then does what the new spelling does."""
+    def wrapper(*args, **kwargs):
+        if old not in _WARNED:
+            _WARNED.add(old)
+            loc = user_location()
+            msg = f"pt.{old} is deprecated: use pt.{new} (the op registry's name)"
+            if loc is None:
+                warnings.warn(msg, PyptoDeprecationWarning, stacklevel=2)
+            else:
+                warnings.warn_explicit(msg, PyptoDeprecationWarning, loc.file, loc.line)
+        return fn(*args, **kwargs)
+    wrapper.__name__ = wrapper.__qualname__ = old
+    wrapper.__doc__ = f"Deprecated: use pt.{new}."
+    return wrapper
+
+
+def _old_compare(a, b, cmp: str) -> Tile:
+    if cmp not in COMPARES:
+        raise TypeMismatchError(f"pt.compare: cmp is one of {', '.join(COMPARES)}, found {cmp!r}",
+                                hint="write pt.eq(a, b), pt.lt(a, b), ...")
+    return _compare(a, b, cmp)
+
+
+# old spelling -> (the call replacing it, what it does)
+DEPRECATED = {
+    **{f"{side}{kind}": (f"{new}(x, dim={dim})", (lambda new, dim: lambda x: _reduce_dim(new, x, dim))(new, dim))
+       for kind, new in (("sum", "sum"), ("max", "amax"), ("min", "amin"))
+       for side, dim in (("row", -1), ("col", 0))},
+    "compare": ("eq / ne / lt / le / gt / ge (a, b)", _old_compare),
+    "broadcast_to": ("expand(x, shape)", lambda x, shape, valid=None: _expand(x, shape, valid=valid)),
+}
+for _old, (_new, _fn) in DEPRECATED.items():
+    globals()[_old] = _deprecated(_old, _new, _fn)

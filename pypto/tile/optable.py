@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir.isa import ISA
-from ..ops import get_op       # importing pypto.ops registers every op
+from ..ir.isa import CMP_MODES, ISA
+from ..ops import REGISTRY       # importing pypto.ops registers every op
+from ..ops.registry import ops_of_form
 
 
 @dataclass(frozen=True)
@@ -33,23 +34,30 @@ class TileOpDef:
     commutative: bool = False
 
 
-# elementwise ops named as in the op registry run the instruction of their registry entry (OpDef.pto)
-_BINARY = {n: get_op(n).pto for n in ("add", "sub", "mul", "div", "maximum", "minimum", "pow")}
+# The elementwise ops are read from the op registry (its one-instruction ops, OpDef.pto): the binary and
+# unary ones under the registry's names, each running its entry's instruction; the comparisons (TCMP) are
+# the registry's eq / ne / lt / le / gt / ge. The registry's logical_and / logical_or (TAND / TOR) are left
+# out: the Tile level has no integer-mask ops (bool tiles combine through pt.where).
+_BINARY = {op.name: op.pto for op in ops_of_form("binary") if op.pto}
 # [R, C] op [R, 1] and [R, C] op [1, C]: the binary instruction's broadcast forms (its ISA entry)
 _ROW = {n: ISA[pto].expand_forms[0] for n, pto in _BINARY.items() if ISA[pto].expand_forms}
 _COL = {n: ISA[pto].expand_forms[1] for n, pto in _BINARY.items() if ISA[pto].expand_forms}
-# tile op scalar / scalar op tile: a scalar form of the binary op's instruction (its ISA entry)
-_SCALAR_OF = {"adds": ("add", 0), "subs": ("sub", 0), "rsubs": ("sub", 1), "muls": ("mul", 0), "divs": ("div", 0),
-              "rdivs": ("div", 1), "maxs": ("maximum", 0), "mins": ("minimum", 0), "pows": ("pow", 0),
-              "rpows": ("pow", 1)}
-_SCALAR = {n: ISA[_BINARY[op]].scalar_forms[k] for n, (op, k) in _SCALAR_OF.items()}
-_UNARY = {n: get_op(n).pto for n in ("exp", "log", "sqrt", "rsqrt", "reciprocal", "abs", "neg", "relu", "tanh",
-                                     "sigmoid", "erf", "sin", "cos", "log1p", "floor", "ceil")}
+# tile op scalar / scalar op tile: the scalar forms of the binary op's instruction (its ISA entry), named
+# <op>s and r<op>s (maximums ...) after the binary op
+SCALAR_OPS = {n: (f"{n}s", f"r{n}s" if ISA[pto].scalar_forms[1] != ISA[pto].scalar_forms[0] else f"{n}s")
+              for n, pto in _BINARY.items() if ISA[pto].scalar_forms}
+_SCALAR = {names[k]: ISA[_BINARY[n]].scalar_forms[k] for n, names in SCALAR_OPS.items() for k in (0, 1)}
+_UNARY = {op.name: op.pto for op in ops_of_form("unary") if op.pto}
 _UNARY["expm1"] = "TEXPM1"              # a Tile-level op the registry does not have
-_REDUCE = {"rowsum": "TROWSUM", "rowmax": "TROWMAX", "rowmin": "TROWMIN",
-           "colsum": "TCOLSUM", "colmax": "TCOLMAX", "colmin": "TCOLMIN"}
-ROW_REDUCTIONS = {"rowsum", "rowmax", "rowmin"}
-COMPARES = ("eq", "ne", "lt", "le", "gt", "ge")
+COMPARES = tuple(op.name for op in ops_of_form("comparison") if op.pto == "TCMP")
+# the reductions: registry op -> the instruction over the columns (dim=-1: one value per row, [R, 1]) and
+# over the rows (dim=0: one value per column, [1, C]); the Tile program's op is the instruction's name
+REDUCTIONS = {"sum": ("TROWSUM", "TCOLSUM"), "amax": ("TROWMAX", "TCOLMAX"), "amin": ("TROWMIN", "TCOLMIN"),
+              "prod": ("TROWPROD", "TCOLPROD")}
+_REDUCE = {pto[1:].lower(): pto for both in REDUCTIONS.values() for pto in both}
+ROW_REDUCTIONS = {pto[1:].lower() for pto, _ in REDUCTIONS.values()}
+if any(n not in REGISTRY for n in (*REDUCTIONS, *COMPARES)) or set(COMPARES) != set(CMP_MODES):
+    raise ImportError("the Tile level's op names are out of step with pypto.ops.registry")
 
 
 def _defs(family, table):
@@ -72,7 +80,7 @@ OPS |= _defs("misc", {
 # ops whose rows are independent of each other: a vector tile split by rows between the two vector
 # cores of a cluster computes each half on its own (column reductions, transposes, reshapes are not)
 ROW_LOCAL_FAMILIES = {"binary", "rowexp", "colexp", "scalar", "unary", "load", "store"}
-ROW_LOCAL_OPS = {"load", "store", "rowsum", "rowmax", "rowmin", "cast", "copy", "full", "iota", "tril", "triu", "cmp", "cmps",
+ROW_LOCAL_OPS = {"load", "store", *ROW_REDUCTIONS, "cast", "copy", "full", "iota", "tril", "triu", "cmp", "cmps",
                  "select", "rowexpand", "colexpand"}
 
 

@@ -22,10 +22,10 @@ def test_vector_ops_with_tails(backend):
         a = pt.maximum(x, y) * 2.0 - pt.abs(y) / 4.0 + 1.5
         b = pt.exp(pt.minimum(x, 0.5)) + pt.sqrt(pt.abs(y) + 1.0) * r
         c = pt.where(x > y, pt.tanh(x), pt.sigmoid(y)) + (1.0 - x) / (pt.abs(y) + 2.0)
-        s = pt.rowsum(a) + pt.rowmax(b)                      # [16, 1]
+        s = pt.sum(a, dim=-1) + pt.amax(b, dim=-1)        # [16, 1]
         pt.store(O1.tile((16, 64))[i, j], (a + b * c - s).to(O1.dtype))
-        pt.store(O2.tile((16, 64))[i, j], pt.relu(x - pt.rowmin(y)).to(O2.dtype))
-        pt.store(O3.tile((16, 64))[i, j], (pt.broadcast_to(pt.rowmax(x), (16, 64)) + r).to(O3.dtype))
+        pt.store(O2.tile((16, 64))[i, j], pt.relu(x - pt.amin(y, dim=-1)).to(O2.dtype))
+        pt.store(O3.tile((16, 64))[i, j], (pt.expand(pt.amax(x, dim=-1), (16, 64)) + r).to(O3.dtype))
 
     torch.manual_seed(0)
     X, Y = torch.randn(45, 100, dtype=torch.float16), torch.randn(45, 100, dtype=torch.float16)
@@ -53,7 +53,7 @@ def test_column_reductions_masks_and_iota(backend):
     @pt.kernel(backend=backend)
     def k(X, S, M):
         x = pt.load(X.tile((32, 48))[0, 0])
-        pt.store(S.tile((1, 48))[0, 0], pt.colsum(x) + pt.colmax(x))
+        pt.store(S.tile((1, 48))[0, 0], pt.sum(x, dim=0) + pt.amax(x, dim=0))
         rows = pt.arange((32, 48), axis=0, start=3)
         cols = pt.arange((32, 48), axis=1)
         tri = pt.where(pt.causal_mask((32, 48), 5, 0), x, 0.0)
@@ -118,7 +118,7 @@ def test_loop_carried_rebinding_in_place_updates_and_zero_trips(backend):
         for j in pt.range(i, n):                    # program 3 has no iteration
             x = pt.load(X.tile((8, 32))[i, j])
             acc = acc * 0.5 + x
-            s += pt.rowsum(x)
+            s += pt.sum(x, dim=-1)
             m = pt.maximum(m, x)
         pt.store(O.tile((8, 32))[i, 0], acc + s + pt.maximum(m, -5.0))
     torch.manual_seed(3)

@@ -212,12 +212,12 @@ def _attention_with_an_inner_loop(Q, K, V, O, BM: int = 64, BN: int = 64):
     m, l, acc = pt.full((BM, 1), float("-inf")), pt.zeros((BM, 1)), pt.zeros((BM, d))
     for j in pt.range(0, pt.cdiv(K.shape[1], BN)):
         s = pt.matmul(q, pt.load(K[bh].tile((BN, d))[j, 0]), trans_b=True) * (d ** -0.5)
-        m_new = pt.maximum(m, pt.rowmax(s))
+        m_new = pt.maximum(m, pt.amax(s, dim=-1))
         alpha, p0 = pt.exp(m - m_new), pt.exp(s - m_new)
         p = p0 * 0.0
         for _ in pt.range(0, 4):                       # carried in a loop inside the pipelined one
             p = p + p0 * 0.25
-        l = l * alpha + pt.rowsum(p)
+        l = l * alpha + pt.sum(p, dim=-1)
         acc = acc * alpha + pt.matmul(p.to(V.dtype), pt.load(V[bh].tile((BN, d))[j, 0]))
         m = m_new
     pt.store(O[bh].tile((BM, d))[i, 0], (acc / l).to(O.dtype))
