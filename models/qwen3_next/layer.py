@@ -15,6 +15,7 @@ its own), ``hf_state_dict`` converts back. Every other key (``conv1d.weight``, `
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -25,7 +26,7 @@ import pypto.nn.functional as F
 
 from pypto.frontend.context import is_tracing
 
-from . import kernels
+from . import kernels, pro_kernels
 from .functional import default_per_head
 from .reference import GDNCache, Qwen3NextGDNConfig, split_projection_weights
 
@@ -38,8 +39,14 @@ class Qwen3NextGatedDeltaNet(nn.Module):
     (T == 1 with a filled cache is a decode step through the recurrent kernel). x [B, T, hidden]."""
 
     def __init__(self, config: Optional[Qwen3NextGDNConfig] = None, dtype=torch.float32, chunk_size: int = 64,
-                 per_head: Optional[bool] = None):
+                 per_head: Optional[bool] = None, impl: Optional[str] = None):
         super().__init__()
+        if impl not in (None, "pro", "tensor"):
+            raise ValueError(f"impl must be 'pro', 'tensor' or None, got {impl!r}")
+        # the prefill core: None = the pl kernel (pro_kernels) as one graph node where it supports the
+        # layer (_pro_unsupported), else the Tensor-level kernels; core_impl says which the last trace took
+        self.impl = impl
+        self.core_impl = None
         c = self.config = config or Qwen3NextGDNConfig()
         self.chunk_size = chunk_size
         self.per_head = per_head            # kernels' head layout; None: chosen by the backend
@@ -147,22 +154,78 @@ class Qwen3NextGatedDeltaNet(nn.Module):
         g = -pypto.exp(kernels.fp32(self.A_log)) * pypto.softplus(kernels.fp32(a) + kernels.fp32(self.dt_bias))
         beta = pypto.sigmoid(kernels.fp32(b))
 
-        Heads = kernels.Heads
-        q, k, v = Heads(y, H, K, 0), Heads(y, H, K, c.key_dim), Heads(y, HV, V, 2 * c.key_dim)
         state = recurrent_state if recurrent_state is not None else pypto.zeros(B * HV * K, V)
         o = pypto.zeros(B, T, HV * V, dtype=x.dtype)
-        per_head = self.per_head
-        if per_head is None:
-            per_head = default_per_head("recurrent" if decode else "chunk", self._compile_options.get("backend"))
-        args = (q, k, v, Heads(g, HV, 1), Heads(beta, HV, 1), state, Heads(o, HV, V), [(None, 0, 0, T)])
-        options = dict(scale=K ** -0.5, use_qk_l2norm=True, per_head=per_head)
-        if decode:
-            kernels.recurrent_gated_delta_rule(*args, **options)
+        why = "decode: the recurrent rule has no Professional-mode kernel yet" if decode else \
+            self._pro_unsupported(x.dtype)
+        self.core_impl = ("pro", None) if why is None else ("tensor", why)
+        if why is None:
+            self._pro_core(y, g, beta, state, o, B, T)
         else:
-            kernels.chunk_gated_delta_rule(*args, chunk_size=self.chunk_size, **options)
+            Heads = kernels.Heads
+            q, k, v = Heads(y, H, K, 0), Heads(y, H, K, c.key_dim), Heads(y, HV, V, 2 * c.key_dim)
+            per_head = self.per_head
+            if per_head is None:
+                per_head = default_per_head("recurrent" if decode else "chunk", self._compile_options.get("backend"))
+            args = (q, k, v, Heads(g, HV, 1), Heads(beta, HV, 1), state, Heads(o, HV, V), [(None, 0, 0, T)])
+            options = dict(scale=K ** -0.5, use_qk_l2norm=True, per_head=per_head)
+            if decode:
+                kernels.recurrent_gated_delta_rule(*args, **options)
+            else:
+                kernels.chunk_gated_delta_rule(*args, chunk_size=self.chunk_size, **options)
 
         o = gated_rms_norm(o.reshape(B, T, HV, V), z, self.norm.weight, c.rms_norm_eps)
         return F.linear(o.reshape(B, T, c.value_dim), self.out_proj.weight)
+
+
+    # ------------------------------------------------------------------ the Professional-mode core
+    def _backend(self) -> str:
+        return self._compile_options.get("backend") or pypto.get_backend()
+
+    def _machine(self):
+        m = self._compile_options.get("machine")
+        return m if isinstance(m, pypto.machine.MachineSpec) else pypto.load_machine(m) if m else pypto.get_machine()
+
+    def _pro_unsupported(self, dtype) -> Optional[str]:
+        """Why the chunked rule of this layer does not run on the pl kernel (pro_kernels) as a graph node
+        (None: it does). ``impl`` "tensor" forces the Tensor-level kernels, "pro" the pl kernel."""
+        if self.impl == "tensor":
+            return "impl='tensor' asked for"
+        backend = self._backend()
+        why = None
+        if backend not in _PRO_BACKENDS:
+            why = (f"backend {backend!r}: the Tensor-level kernels are its oracle (the pl kernel runs on "
+                   f"{', '.join(_PRO_BACKENDS)})")
+        else:
+            c = self.config
+            t = dtype.torch_dtype
+            why = pro_kernels.supports(torch.empty(1, c.linear_key_head_dim, dtype=t, device="meta"),
+                                       torch.empty(1, c.linear_key_head_dim, dtype=t, device="meta"),
+                                       torch.empty(1, c.linear_value_head_dim, dtype=t, device="meta"),
+                                       self.chunk_size)
+        if why is not None and self.impl == "pro":
+            raise pypto.ShapeError(f"impl='pro' does not support this layer: {why}")
+        return why
+
+    def _pro_core(self, y, g, beta, state, o, B, T):
+        """o and state (in place, as graph values) by one launch of the pl kernel over every (sequence,
+        value head): q, k, v are column boxes of the conv output y (copied contiguous by the node)."""
+        c = self.config
+        H, HV, K, V = c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim
+        C = self.chunk_size
+        io = y.dtype
+        operand = torch.float32 if io == pypto.float32 else torch.float16
+        q3, k3, v3 = y[:, :, :c.key_dim], y[:, :, c.key_dim:2 * c.key_dim], y[:, :, 2 * c.key_dim:]
+        gT = pypto.permute(g, (0, 2, 1))                              # [B, HV, T]: a gate row per head
+        kern = pro_kernels.kernel(None)
+        bd = pro_kernels.block_dim_for(B * HV, self._machine())
+        consts = dict(H=H, HV=HV, K=K, V=V, C=C, NL=int(math.log2(C)), scale=float(K ** -0.5), l2norm=True,
+                      cast_io=io != pypto.float32)
+        kern[None, bd](q3, k3, v3, gT, beta, pro_kernels.merge_masks(C), torch.eye(C, dtype=operand), state, o,
+                       0, T, 0, **consts)
+
+
+_PRO_BACKENDS = ("sim", "cpu")
 
 
 def gated_rms_norm(x, gate, weight, eps: float):
