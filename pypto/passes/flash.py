@@ -235,15 +235,23 @@ def flash_program(name, fm: FlashMatch, g, params: dict, workspaces: dict, machi
     Ev = params["v"][1][2]
     attrs = {"form": "flash", "scale": float(fm.scale), "diag": fm.diag, "mq": mq, "bk": bk, "slots": SLOTS,
              "preload": PRELOAD, "bh": bh, "L": L, "S": S, "E": E, "Ev": Ev,
-             "skip_masked": True, "dtype": dt, "out_dtype": g.info(fm.m2).dtype, "s_dtype": dtypes.float32, "pv_dtype": dtypes.float32}
+             "skip_masked": True, "dtype": dt, "out_dtype": g.info(fm.m2).dtype, "s_dtype": handoff_dtypes(dt)[0], "pv_dtype": handoff_dtypes(dt)[1]}
     return TileProgram(name, "flash", [], tps, {}, [], nodes=sorted(fm.nodes), attrs=attrs, loc=loc)
+
+
+def handoff_dtypes(dt) -> tuple:
+    """(S, P V) dtypes in the GM workspaces: fp16 operands hand both over in fp16 (half the cube <-> vector
+    bytes, which bound the kernel; the softmax and the accumulator stay fp32 on the vector side); bf16 and
+    fp32 keep fp32 (bf16's 8-bit mantissa would cost the scores too much)."""
+    return (dtypes.float16, dtypes.float16) if dt == dtypes.float16 else (dtypes.float32, dtypes.float32)
 
 
 def workspace_shapes(machine, dt, E, Ev) -> dict:
     """{ws name: (rows, cols, dtype)}: one ring of SLOTS blocks per cluster."""
     mq, bk = tiles_for(dt)
     rows = machine.num_aic * SLOTS * mq
-    return {"ws_s": (rows, bk, dtypes.float32), "ws_p": (rows, bk, dt), "ws_pv": (rows, Ev, dtypes.float32)}
+    sdt, pvdt = handoff_dtypes(dt)
+    return {"ws_s": (rows, bk, sdt), "ws_p": (rows, bk, dt), "ws_pv": (rows, Ev, pvdt)}
 
 
 # ---------------------------------------------------------------- lowering
@@ -359,20 +367,29 @@ def lower_flash(p: TileProgram, machine):
     m = vx.tile("v_m", MemSpace.UB, dtypes.float32, stat, (rv, 1), "stat")
     l_ = vx.tile("v_l", MemSpace.UB, dtypes.float32, stat, (rv, 1), "stat")
     acc = vx.tile("v_acc", MemSpace.UB, dtypes.float32, (half, Ev), (rv, Ev), "acc")
-    out = vx.tile("v_out", MemSpace.UB, odt, (half, Ev), (rv, Ev), "pv")
+    out = vx.tile("v_out", MemSpace.UB, odt, (half, Ev), (rv, Ev), "pvin" if pvdt != dtypes.float32 else "pv")
     T = vx.tiles
 
     def softmax(jj, u):
         kv = sympy.Min(bk, S - jj * bk)
-        s = vx.tile(f"v_s{u}", MemSpace.UB, sdt, (half, bk), (rv, kv), f"s{u % 2}")
+        f32 = dtypes.float32
+        if sdt == f32:
+            s = s_in = vx.tile(f"v_s{u}", MemSpace.UB, f32, (half, bk), (rv, kv), f"s{u % 2}")
+        else:                                   # narrow scores: loaded double-buffered, widened once
+            s_in = vx.tile(f"v_sin{u}", MemSpace.UB, sdt, (half, bk), (rv, kv), f"s{u % 2}")
+            s = vx.tile(f"v_s{u}", MemSpace.UB, f32, (half, bk), (rv, kv), "sw")
         p16 = vx.tile(f"v_p{u}", MemSpace.UB, dt, (half, bk), (rv, kv), "p")
         lj = vx.tile(f"v_lj{u}", MemSpace.UB, dtypes.float32, stat, (rv, 1), "stat")
         mn = vx.tile(f"v_mn{u}", MemSpace.UB, dtypes.float32, stat, (rv, 1), "stat")
         al = f"v_alpha{u}"
-        ops = [mark(instr("TLOAD", [s, GMRegion("ws_s", (base + u * mq + row0, 0), True)], T, None, loc), "ws_s", "v"),
-               instr("TMULS", [s, s, float(scale)], T, None, loc)]
+        ops = [mark(instr("TLOAD", [s_in, GMRegion("ws_s", (base + u * mq + row0, 0), True)], T, None, loc),
+                    "ws_s", "v")]
+        if s_in != s:
+            ops.append(instr("TCVT", [s, s_in], T, None, loc))
+        ops.append(instr("TMULS", [s, s, float(scale)], T, None, loc))
         if diag is not None:
-            mk = vx.tile(f"v_mask{u}", MemSpace.UB, dtypes.float32, (half, bk), (rv, kv), "mask")
+            mk = vx.tile(f"v_mask{u}", MemSpace.UB, dtypes.float32, (half, bk), (rv, kv),
+                         "pv" if sdt != dtypes.float32 else "mask")   # (the UB holds one more [HALF, BK] fp32 tile only then)
             d = q0 + row0 + diag - jj * bk          # key c of the block is kept by row r when c <= r + d
             partial = sympy.Gt(jj * bk + bk - 1, q0 + row0 + diag) if skip else sympy.true
             ops.append(If(partial, [instr("TTRIL", [mk, d], T, None, loc), instr("TADDS", [mk, mk, -1.0], T, None, loc),
@@ -388,11 +405,15 @@ def lower_flash(p: TileProgram, machine):
         return ops
 
     def fold(jj, u):
-        pvt = vx.tile(f"v_pv{u}", MemSpace.UB, pvdt, (half, Ev), (rv, Ev), "pv")
+        pvt = vx.tile(f"v_pv{u}", MemSpace.UB, dtypes.float32, (half, Ev), (rv, Ev), "pv")
+        pin = pvt if pvdt == dtypes.float32 else vx.tile(f"v_pvin{u}", MemSpace.UB, pvdt, (half, Ev), (rv, Ev), "pvin")
         al = f"v_alpha{u}"
-        return [mark(instr("TLOAD", [pvt, GMRegion("ws_pv", (base + u * mq + row0, 0), True)], T, None, loc),
-                     "ws_pv", "v"),
-                instr("TROWEXPANDMUL", [acc, acc, al], T, None, loc), instr("TADD", [acc, acc, pvt], T, None, loc)]
+        ops = [mark(instr("TLOAD", [pin, GMRegion("ws_pv", (base + u * mq + row0, 0), True)], T, None, loc),
+                    "ws_pv", "v")]
+        if pin != pvt:
+            ops.append(instr("TCVT", [pvt, pin], T, None, loc))
+        return ops + [instr("TROWEXPANDMUL", [acc, acc, al], T, None, loc),
+                      instr("TADD", [acc, acc, pvt], T, None, loc)]
 
     # alpha_j lives from softmax(j) to fold(j), PRELOAD copies later (across the loop's back edge): a region each
     for u in range(U):
