@@ -26,30 +26,19 @@ def example_scripts() -> list[str]:
     return [f"{d}/{f}" for d in FOLDERS for f in sorted(os.listdir(os.path.join(ROOT, d))) if f.endswith(".py")]
 
 
-_runs: list = []
-_record = report.set_last_report
-
-
-def _spy(r):
-    _runs.append(None if r is None else r.cycles)
-    _record(r)
-
-
-# installed before any backend is imported: the backends bind set_last_report when they load
-report.set_last_report = _spy
-
-
 def cycles_of(script: str) -> list:
     """Simulated cycles of each run the script makes (None for a run without a timing)."""
-    _runs.clear()
+    runs: list = []
     argv = sys.argv
+    unsubscribe = report.on_report(lambda r: runs.append(None if r is None else r.cycles))
     try:
         sys.argv = [script]
         with contextlib.redirect_stdout(io.StringIO()):
             runpy.run_path(os.path.join(ROOT, script), run_name="__main__")
     finally:
         sys.argv = argv
-    return list(_runs)
+        unsubscribe()
+    return runs
 
 
 def main():

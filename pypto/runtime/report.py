@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import asdict, dataclass, field
+from typing import Callable
 
 PIPED_WIDTH = 100     # str(report) without a terminal
 HBM_BOUND = 0.7       # a kernel whose GM traffic reaches this fraction of the HBM bandwidth is HBM-bound
@@ -265,10 +266,26 @@ class _NullFile:
 
 
 _last: dict = {"report": None}
+_listeners: list = []
 
 
-def set_last_report(report: Report) -> None:
+def set_last_report(report: Report | None) -> None:
+    """Record the Report of a run that just ended (None: a run with no report, e.g. on the reference
+    backend) and pass it to every ``on_report`` callback."""
     _last["report"] = report
+    for callback in list(_listeners):
+        callback(report)
+
+
+def on_report(callback) -> Callable[[], None]:
+    """Call ``callback(report)`` after every run on any backend (``report`` is None for a run with no
+    report); returns the function that unsubscribes it."""
+    _listeners.append(callback)
+
+    def unsubscribe() -> None:
+        if callback in _listeners:
+            _listeners.remove(callback)
+    return unsubscribe
 
 
 def last_report() -> Report | None:
