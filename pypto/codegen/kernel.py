@@ -16,7 +16,7 @@ from ..ir.block import (Block, CoreType, CrossCoreSetFlag, CrossCoreWaitFlag, Fo
                         PipeBarrier, SetFlag, TileDecl, WaitFlag, walk)
 from ..ir import gm_bounds
 from ..ir.isa import ISA, MemSpace
-from ..machine import get_machine
+from ..machine import machine_spec
 from ..sanitize import cpp_comment, cpp_string
 from ..symbolic import is_static
 from . import tiles as tt
@@ -520,7 +520,7 @@ def _guard(core: CoreType) -> str:
 
 def kernel_source(kernel: Kernel, machine=None) -> tuple[str, KernelABI]:
     """The kernel.cpp text of one Kernel and its calling convention."""
-    machine = machine or get_machine()
+    machine = machine_spec(machine)
     abi = kernel_abi(kernel)
     ns = abi.namespace
     origin = f" from {kernel.loc}" if kernel.loc else ""

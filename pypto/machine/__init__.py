@@ -7,6 +7,7 @@ file of the same layout (an edited copy, for calibration experiments).
 """
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -142,3 +143,17 @@ def get_machine() -> MachineSpec:
     if _current["machine"] is None:
         _current["machine"] = load_machine("a2a3")
     return _current["machine"]
+
+
+def machine_spec(machine=None) -> MachineSpec:
+    """The MachineSpec a ``machine=`` argument names: a MachineSpec as it is, a name or .toml path loaded
+    (load_machine), None the current machine (get_machine). Every front end and backend resolves its
+    ``machine`` argument here."""
+    if machine is None:
+        return get_machine()
+    if isinstance(machine, MachineSpec):
+        return machine
+    if isinstance(machine, (str, os.PathLike)):
+        return load_machine(str(machine))
+    raise PyptoError(f"machine= is a machine name (e.g. 'a2a3'), a path to a .toml file or a MachineSpec, "
+                     f"found {type(machine).__name__}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..errors import ShapeError
 from ..ir.block_verify import verify_kernel
 from ..ir.graph_verify import verify_graph
-from ..machine import MachineSpec, get_machine, load_machine
+from ..machine import machine_spec
 from ..ops.registry import REGISTRY
 from ..ops.shape_rules import fmt_shape
 from .autocast import autocast
@@ -34,12 +34,6 @@ from .tiling import build_tile_graph
 from .vector_barriers import insert_barriers
 
 _last = {"manager": None}
-
-
-def _machine(machine) -> MachineSpec:
-    if machine is None:
-        return get_machine()
-    return machine if isinstance(machine, MachineSpec) else load_machine(machine)
 
 
 def _memory(bg: BlockGraph, spec) -> BlockGraph:
@@ -97,7 +91,7 @@ def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = 
     computes the tiles a compile-time mask discards (passes/static_masks.py), ``flash=False`` keeps attention as
     separate cube and vector tasks instead of one cluster kernel (passes/flash.py), for comparisons."""
     refuse_zero_size(graph)
-    spec = _machine(machine)
+    spec = machine_spec(machine)
     pm = PassManager(graph.name, dump, verify)
     _last["manager"] = pm
     _verify_blocks.spec = spec

@@ -5,12 +5,12 @@ only the simulator runs) get ``NN_cpp.not_written.txt`` with the reason instead:
 from __future__ import annotations
 
 from ..codegen import generate_module
-from ..machine import MachineSpec, get_machine, load_machine
+from ..machine import machine_spec
 
 
 def write_cpp(dump, kernels, machine=None) -> str | None:
     """Write the C++ of ``kernels`` (a list, or a dict name -> Kernel); the reason it was not written, or None."""
-    spec = machine if isinstance(machine, MachineSpec) else (load_machine(machine) if machine else get_machine())
+    spec = machine_spec(machine)
     try:
         module = generate_module(kernels, spec)
     except Exception as e:       # noqa: BLE001  the dump says why; the run goes on

@@ -30,18 +30,12 @@ from ..frontend import context as ctx
 from ..frontend.signature import evaluated_signature
 from ..frontend.jit import _fn_loc, _has_varargs, _positional, bind_sizes as _bind_declared
 from ..frontend.tensor import TensorSpec
-from ..machine import MachineSpec, get_machine, load_machine
+from ..machine import machine_spec
 from ..sanitize import user_name
 from ..symbolic import index_symbol
 from . import trace
 from .ir import GMTensor, KernelProgram
 from .views import TensorArg
-
-def _machine(machine) -> MachineSpec:
-    if machine is None:
-        return get_machine()
-    return machine if isinstance(machine, MachineSpec) else load_machine(machine)
-
 
 class TileKernel:
     def __init__(self, fn, *, backend: str | None = None, machine=None, dump: str | None = None,
@@ -176,7 +170,7 @@ class Launch:
         grid = _grid(self.grid, bound.arguments, k.name, loc)
         key, tensors = k.signature_key(bound, loc)
         backend = k.backend or backends.get_backend()
-        machine = _machine(k.machine)
+        machine = machine_spec(k.machine)
         ckey = (backend, machine.name, len(grid), key)
         compiled = k.cache.get(ckey)
         if compiled is None:
@@ -201,7 +195,7 @@ class Launch:
         grid = _grid(self.grid, bound.arguments, k.name, loc)
         key, _ = k.signature_key(bound, loc)
         with ctx.compile_lock:
-            return k.trace(bound, key, len(grid), _machine(k.machine))
+            return k.trace(bound, key, len(grid), machine_spec(k.machine))
 
     @user_entry
     def compile(self, *args, **kwargs):
@@ -212,7 +206,7 @@ class Launch:
         grid = _grid(self.grid, bound.arguments, k.name, loc)
         key, _ = k.signature_key(bound, loc)
         backend = k.backend or backends.get_backend()
-        machine = _machine(k.machine)
+        machine = machine_spec(k.machine)
         from .compile import compile_program
         with ctx.compile_lock:
             return compile_program(k.trace(bound, key, len(grid), machine), backend, machine, k.compile_options(key))

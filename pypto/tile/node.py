@@ -25,14 +25,14 @@ from ..frontend import context as ctx
 from ..frontend.kernel_call import emit_kernel_node, static_dim
 from ..frontend.tensor import Tensor, TensorSpec
 from ..ir.kernel_node import KernelBuild, KernelNode
-from .kernel import _machine
+from ..machine import machine_spec
 
 
 def traced_launch(k, grid, args, kwargs, loc):
     bound = k.bind(args, kwargs, loc)
     grid = _grid(grid(dict(bound.arguments)) if callable(grid) else grid, k.name, loc)
     key, tensors = _key(k, bound, loc)
-    machine = _machine(k.machine)
+    machine = machine_spec(k.machine)
     ckey = ("node", machine.name, len(grid), key)
     program = k.cache.get(ckey)
     if program is None:

@@ -21,7 +21,7 @@ from pypto import backends, dtypes, symbolic
 from pypto.errors import user_entry
 from pypto.frontend.context import compile_lock
 from pypto.frontend.signature import evaluated_signature
-from pypto.machine import get_machine, load_machine
+from pypto.machine import machine_spec
 from pypto.sanitize import user_name
 
 from .errors import LaunchError
@@ -52,8 +52,7 @@ class ProKernel:
 
     @property
     def machine(self):
-        return load_machine(self.machine_name) if isinstance(self.machine_name, str) else (
-            self.machine_name or get_machine())
+        return machine_spec(self.machine_name)
 
     # ------------------------------------------------------------------ launch syntax
     def __getitem__(self, launch):

@@ -22,7 +22,7 @@ import weakref
 from ...codegen import generate_module
 from ...ir.block import Kernel
 from ...ir.execution import ExecutionGraph
-from ...machine import MachineSpec, get_machine, load_machine
+from ...machine import machine_spec
 from ..host import GMBuffers, Geometry, abi_scalars, bind_sizes, expand, one_task_graph, written_bases
 from ..host.work import count_work, minimal_gm_bytes
 from ..report import Report, kernel_decisions, set_last_report
@@ -40,14 +40,6 @@ __all__ = ["run", "run_kernel", "run_with", "build", "KernelSet", "one_task_grap
 _LOADED: dict[str, KernelLibrary] = {}                  # build key -> loaded library
 _BY_SOURCE: dict[str, tuple[KernelLibrary, str]] = {}    # kernel source digest -> (library, kernel name)
 _BY_OBJECT: dict[int, tuple] = {}    # id(Kernel) -> (weakref to it, machine name, library, kernel name)
-
-
-def _machine(machine) -> MachineSpec:
-    if machine is None:
-        return get_machine()
-    if isinstance(machine, MachineSpec):
-        return machine
-    return load_machine(machine)
 
 
 class KernelSet:
@@ -79,7 +71,7 @@ def build(kernels, machine=None, checked: bool | None = None) -> tuple[KernelSet
     ``kernels``: a list or a dict name -> Kernel.
     checked: build with the whole GM bounds rule compiled in (default: PYPTO_CPU_CHECK; gm_check.py).
     Returns the kernel set and the build result (None when everything was already loaded)."""
-    spec = _machine(machine)
+    spec = machine_spec(machine)
     checked = checked_mode(checked)
     tag = (spec.name, checked)
     by_name = kernels if isinstance(kernels, dict) else {k.name: k for k in kernels}
@@ -131,7 +123,7 @@ def run(graph: ExecutionGraph, args: dict, env: dict, *, machine=None, threads=N
     TLOAD / TSTORE as the sim does (default: env PYPTO_CPU_CHECK=1; the test suite sets it). Options
     of other backends (timing_only, trace, policy...) are accepted and ignored. Returns ({output name:
     tensor}, Report)."""
-    spec = _machine(machine)
+    spec = machine_spec(machine)
     t0 = time.perf_counter()
     kernels, built = build(graph.kernels, spec, checked)
     return run_with(kernels, graph, args, env, machine=spec, threads=threads, built=built,
@@ -193,7 +185,7 @@ def _reusable_workspaces(graph, args, buffers) -> frozenset:
 def run_with(kernels: KernelSet, graph: ExecutionGraph, args: dict, env: dict, *, machine=None, threads=None,
              built=None, setup_s: float = 0.0):
     """``run`` over kernels already built (e.g. against other PTO headers; see tests/codegen)."""
-    spec = _machine(machine)
+    spec = machine_spec(machine)
     nthreads = _threads(threads)
     args = dict(args or {})
     env = bind_sizes(graph, args, env)

@@ -48,8 +48,8 @@ def build(kernels, machine=None) -> Path:
     _require()
     from ...codegen import generate_module
     from ...ir.isa import ISA
-    from ...machine import get_machine
-    spec = machine or get_machine()
+    from ...machine import machine_spec
+    spec = machine_spec(machine)
     kernels = list(kernels.values()) if isinstance(kernels, dict) else list(kernels)
     for k in kernels:
         ext = sorted({i.op for b in k.blocks for i in b.instructions() if ISA[i.op].ext})
@@ -83,9 +83,9 @@ def run(graph, args: dict, env: dict, *, machine=None, **ignored):
     import torch_npu  # noqa: F401  (registers the npu device)
 
     from ...codegen import generate_module
-    from ...machine import get_machine
+    from ...machine import machine_spec
 
-    spec = machine or get_machine()
+    spec = machine_spec(machine)
     lib = ctypes.CDLL(str(build(graph.kernels, spec)))
     abis = generate_module(graph.kernels, spec).abis
     args = dict(args)

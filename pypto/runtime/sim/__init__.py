@@ -29,7 +29,7 @@ import torch
 from ...errors import SimError
 from ...ir.block import CoreType, Kernel
 from ...ir.execution import ExecutionGraph
-from ...machine import MachineSpec, get_machine, load_machine
+from ...machine import machine_spec
 from ..report import Report, kernel_decisions, set_last_report
 from ..host import GMBuffers, Geometry, bind_sizes, one_task_graph, written_bases
 from ..host.work import count_work, minimal_gm_bytes
@@ -41,14 +41,6 @@ from .timing import PIPES
 from .trace import MAX_INSTR_EVENTS, run_path, write_trace
 
 __all__ = ["run", "run_kernel", "POLICIES"]
-
-
-def _machine(machine) -> MachineSpec:
-    if machine is None:
-        return get_machine()
-    if isinstance(machine, MachineSpec):
-        return machine
-    return load_machine(machine)
 
 
 def run(graph: ExecutionGraph, args: dict, env: dict, *, machine=None, timing_only: bool = False,
@@ -74,7 +66,7 @@ def run(graph: ExecutionGraph, args: dict, env: dict, *, machine=None, timing_on
 
 def _run(graph, args, env, machine, timing_only, trace, policy, check, stitch):
     wall0 = time.perf_counter()
-    spec = _machine(machine)
+    spec = machine_spec(machine)
     timing_only = bool(timing_only) or os.environ.get("PYPTO_TIMING_ONLY", "") not in ("", "0")
     check = (not timing_only) if check is None else bool(check)
     trace = trace or (run_path(os.environ["PYPTO_TRACE"]) if os.environ.get("PYPTO_TRACE") else None)
