@@ -216,15 +216,19 @@ def unsupported(g, fm: FlashMatch, machine) -> str | None:
 
 
 def tiles_for(dt) -> tuple:
-    """(MQ query rows per cluster, BK keys per block) for an operand dtype."""
-    return (128, 128) if dt.itemsize == 2 else (64, 64)
+    """(MQ query rows per cluster, BK keys per vector step, CK keys per cube subtile) for an operand dtype: fp16
+    works on its fp16 scores in 256-key steps (two 128-key cube subtiles, P V summed in L0C), bf16 in 128-key
+    steps of fp32 scores, fp32 in 64 x 64 blocks (the L0 buffers hold half as many fp32 elements)."""
+    if dt == dtypes.float16:
+        return 128, 256, 128
+    return (128, 128, 128) if dt.itemsize == 2 else (64, 64, 64)
 
 
 def flash_program(name, fm: FlashMatch, g, params: dict, workspaces: dict, machine, loc) -> TileProgram:
     """The TileGraph item of one match: ``params`` {q, k, v, o: (buffer, shape)} (3-D [BH, rows, cols] views),
     ``workspaces`` {ws_s, ws_p, ws_pv: (buffer, shape)}."""
     dt = g.info(fm.q).dtype
-    mq, bk = tiles_for(dt)
+    mq, bk, ck = tiles_for(dt)
     tps = []
     for pname, mode in (("q", "in"), ("k", "in"), ("v", "in"), ("o", "out"),
                         ("ws_s", "inout"), ("ws_p", "inout"), ("ws_pv", "inout")):
@@ -233,7 +237,7 @@ def flash_program(name, fm: FlashMatch, g, params: dict, workspaces: dict, machi
     bh, L, E = params["q"][1]
     S = params["k"][1][1]
     Ev = params["v"][1][2]
-    attrs = {"form": "flash", "scale": float(fm.scale), "diag": fm.diag, "mq": mq, "bk": bk, "slots": SLOTS,
+    attrs = {"form": "flash", "scale": float(fm.scale), "diag": fm.diag, "mq": mq, "bk": bk, "ck": ck, "slots": SLOTS,
              "preload": PRELOAD, "bh": bh, "L": L, "S": S, "E": E, "Ev": Ev,
              "skip_masked": True, "dtype": dt, "out_dtype": g.info(fm.m2).dtype, "s_dtype": handoff_dtypes(dt)[0], "pv_dtype": handoff_dtypes(dt)[1]}
     return TileProgram(name, "flash", [], tps, {}, [], nodes=sorted(fm.nodes), attrs=attrs, loc=loc)
@@ -248,7 +252,7 @@ def handoff_dtypes(dt) -> tuple:
 
 def workspace_shapes(machine, dt, E, Ev) -> dict:
     """{ws name: (rows, cols, dtype)}: one ring of SLOTS blocks per cluster."""
-    mq, bk = tiles_for(dt)
+    mq, bk, _ = tiles_for(dt)
     rows = machine.num_aic * SLOTS * mq
     sdt, pvdt = handoff_dtypes(dt)
     return {"ws_s": (rows, bk, sdt), "ws_p": (rows, bk, dt), "ws_pv": (rows, Ev, pvdt)}
@@ -279,8 +283,11 @@ def lower_flash(p: TileProgram, machine):
     """-> (Kernel, block_dim, regions) of a "flash" TileProgram (see the module docstring)."""
     a = p.attrs
     mq, bk, U, P = a["mq"], a["bk"], a["slots"], a["preload"]
+    ck = a.get("ck", bk)                       # keys per cube subtile (one L0B operand); bk // ck subtiles
     bh, L, S, E, Ev = a["bh"], a["L"], a["S"], a["E"], a["Ev"]
     dt, odt, sdt, pvdt = a["dtype"], a["out_dtype"], a["s_dtype"], a["pv_dtype"]
+    f32 = dtypes.float32
+    math16 = sdt == dtypes.float16 and a.get("math16", True)   # the softmax on the fp16 scores as they arrive
     scale, diag = a["scale"], a["diag"]
     nsub = machine.cores.get("aiv_per_aic", 2)
     half = mq // nsub
@@ -304,48 +311,72 @@ def lower_flash(p: TileProgram, machine):
             for n in ("ws_s", "ws_p", "ws_pv")}
     uses = {"c": 0, "v": 0}
 
-    def mark(ins, ws, side):
-        uses[side] += 1
+    def mark(ins, ws, side, new=True):
+        uses[side] += new
         ins.attrs[HANDOFF] = HandoffAccess(bufs[ws], uses[side])
         return ins
+
+    def guarded(cond, stmts):
+        return stmts if cond is sympy.true else [If(cond, stmts)]
 
     gm = [GMParam(q.name, q.dtype, tuple(q.shape)) for q in p.params]
     # ------------------------------------------------------------ cube
     c = _Emit()
     ql1 = c.tile("c_q", MemSpace.L1, dt, (mq, E), (qv, E), "q")
-    mm = {"n": 0}
+    count = {"ab": 0, "c": 0}
 
     def l0(kind, shape, dtype, valid, space):
-        k = mm["n"] % 2
-        return c.tile(f"c_{kind}{k}_{mm['n']}", space, dtype, shape, valid, f"{kind}{k}")
+        key = "c" if kind == "c" else "ab"
+        k = count[key] % 2
+        name = c.tile(f"c_{kind}{k}_{count[key]}", space, dtype, shape, valid, f"{kind}{k}")
+        return name
+
+    def sub_kv(jj, sc):
+        return sympy.Min(ck, S - jj * bk - sc * ck)
+
+    def sub_cond(jj, sc):        # the subtile holds a key (a block's tail may end in its first subtile)
+        return sympy.true if sc == 0 else sympy.Gt(S - jj * bk - sc * ck, 0)
 
     def qk(jj, u):
-        kv = sympy.Min(bk, S - jj * bk)
-        kt = c.tile(f"c_kt{u}", MemSpace.L1, dt, (E, bk), (E, kv), f"kt{u % 2}")
-        a0 = l0("a", (mq, E), dt, (qv, E), MemSpace.L0A)
-        b0 = l0("b", (E, bk), dt, (E, kv), MemSpace.L0B)
-        c0 = l0("c", (mq, bk), dtypes.float32, (qv, kv), MemSpace.L0C)
-        mm["n"] += 1
-        t_ = c.tiles
-        return [instr("TLOAD", [kt, GMRegion("k", (h, jj * bk, 0), True)], t_, {"trans": True}, loc),
+        out = []
+        for sc in range(bk // ck):
+            kv = sub_kv(jj, sc)
+            kt = c.tile(f"c_kt{u}_{sc}", MemSpace.L1, dt, (E, ck), (E, kv), f"kt{(u * (bk // ck) + sc) % 2}")
+            a0 = l0("a", (mq, E), dt, (qv, E), MemSpace.L0A)
+            b0 = l0("b", (E, ck), dt, (E, kv), MemSpace.L0B)
+            count["ab"] += 1
+            c0 = l0("c", (mq, ck), f32, (qv, kv), MemSpace.L0C)
+            count["c"] += 1
+            t_ = c.tiles
+            out += guarded(sub_cond(jj, sc), [
+                instr("TLOAD", [kt, GMRegion("k", (h, jj * bk + sc * ck, 0), True)], t_, {"trans": True}, loc),
                 instr("TMOV", [a0, ql1], t_, None, loc), instr("TMOV", [b0, kt], t_, None, loc),
                 instr("TMATMUL", [c0, a0, b0], t_, None, loc),
-                mark(instr("TSTORE", [GMRegion("ws_s", (base + u * mq, 0), True), c0], t_, None, loc), "ws_s", "c")]
+                mark(instr("TSTORE", [GMRegion("ws_s", (base + u * mq, sc * ck), True), c0], t_, None, loc),
+                     "ws_s", "c", sc == 0)])
+        return out
 
     def pv(jj, u):
-        kv = sympy.Min(bk, S - jj * bk)
-        pt = c.tile(f"c_p{u}", MemSpace.L1, dt, (mq, bk), (qv, kv), f"p{u % 2}")
-        vt = c.tile(f"c_v{u}", MemSpace.L1, dt, (bk, Ev), (kv, Ev), f"v{u % 2}")
-        a0 = l0("a", (mq, bk), dt, (qv, kv), MemSpace.L0A)
-        b0 = l0("b", (bk, Ev), dt, (kv, Ev), MemSpace.L0B)
-        c0 = l0("c", (mq, Ev), dtypes.float32, (qv, Ev), MemSpace.L0C)
-        mm["n"] += 1
-        t_ = c.tiles
-        return [mark(instr("TLOAD", [pt, GMRegion("ws_p", (base + u * mq, 0), True)], t_, None, loc), "ws_p", "c"),
-                instr("TLOAD", [vt, GMRegion("v", (h, jj * bk, 0), True)], t_, None, loc),
+        out = []
+        c0 = l0("c", (mq, Ev), f32, (qv, Ev), MemSpace.L0C)
+        count["c"] += 1
+        for sc in range(bk // ck):
+            kv = sub_kv(jj, sc)
+            pt = c.tile(f"c_p{u}_{sc}", MemSpace.L1, dt, (mq, ck), (qv, kv), f"p{(u * (bk // ck) + sc) % 2}")
+            vt = c.tile(f"c_v{u}_{sc}", MemSpace.L1, dt, (ck, Ev), (kv, Ev), f"v{(u * (bk // ck) + sc) % 2}")
+            a0 = l0("a", (mq, ck), dt, (qv, kv), MemSpace.L0A)
+            b0 = l0("b", (ck, Ev), dt, (kv, Ev), MemSpace.L0B)
+            count["ab"] += 1
+            t_ = c.tiles
+            out += guarded(sub_cond(jj, sc), [
+                mark(instr("TLOAD", [pt, GMRegion("ws_p", (base + u * mq, sc * ck), True)], t_, None, loc),
+                     "ws_p", "c", sc == 0),
+                instr("TLOAD", [vt, GMRegion("v", (h, jj * bk + sc * ck, 0), True)], t_, None, loc),
                 instr("TMOV", [a0, pt], t_, None, loc), instr("TMOV", [b0, vt], t_, None, loc),
-                instr("TMATMUL", [c0, a0, b0], t_, None, loc),
-                mark(instr("TSTORE", [GMRegion("ws_pv", (base + u * mq, 0), True), c0], t_, None, loc), "ws_pv", "c")]
+                instr("TMATMUL" if sc == 0 else "TMATMUL_ACC", [c0, a0, b0], t_, None, loc)])
+        out.append(mark(instr("TSTORE", [GMRegion("ws_pv", (base + u * mq, 0), True), c0], c.tiles, None, loc),
+                        "ws_pv", "c"))
+        return out
 
     def skewed(first, second):
         body = []
@@ -363,24 +394,25 @@ def lower_flash(p: TileProgram, machine):
     row0 = SUBBLOCK_IDX * half if nsub > 1 else sympy.Integer(0)
     left = L - q0 - row0
     rv = sympy.Max(1, sympy.Min(half, left))         # a sub-block past the last row works on one stale row
-    stat = (half, 8)
-    m = vx.tile("v_m", MemSpace.UB, dtypes.float32, stat, (rv, 1), "stat")
-    l_ = vx.tile("v_l", MemSpace.UB, dtypes.float32, stat, (rv, 1), "stat")
-    acc = vx.tile("v_acc", MemSpace.UB, dtypes.float32, (half, Ev), (rv, Ev), "acc")
-    out = vx.tile("v_out", MemSpace.UB, odt, (half, Ev), (rv, Ev), "pvin" if pvdt != dtypes.float32 else "pv")
+    stat, stat16 = (half, 8), (half, 16)
+    mdt = dtypes.float16 if math16 else f32           # the softmax's element type
+    mstat = stat16 if math16 else stat
+    m = vx.tile("v_m", MemSpace.UB, mdt, mstat, (rv, 1), "stat")
+    l_ = vx.tile("v_l", MemSpace.UB, f32, stat, (rv, 1), "stat")
+    acc = vx.tile("v_acc", MemSpace.UB, f32, (half, Ev), (rv, Ev), "acc")
+    out = vx.tile("v_out", MemSpace.UB, odt, (half, Ev), (rv, Ev), "pvin" if pvdt != f32 else "pv")
     T = vx.tiles
+    neg = -6.0e4 if math16 else NEG                   # added to masked scores: inside the element type's range
 
     def softmax(jj, u):
         kv = sympy.Min(bk, S - jj * bk)
-        f32 = dtypes.float32
-        if sdt == f32:
-            s = s_in = vx.tile(f"v_s{u}", MemSpace.UB, f32, (half, bk), (rv, kv), f"s{u % 2}")
+        if sdt == f32 or math16:
+            s = s_in = vx.tile(f"v_s{u}", MemSpace.UB, mdt, (half, bk), (rv, kv), f"s{u % 2}")
         else:                                   # narrow scores: loaded double-buffered, widened once
             s_in = vx.tile(f"v_sin{u}", MemSpace.UB, sdt, (half, bk), (rv, kv), f"s{u % 2}")
             s = vx.tile(f"v_s{u}", MemSpace.UB, f32, (half, bk), (rv, kv), "sw")
-        p16 = vx.tile(f"v_p{u}", MemSpace.UB, dt, (half, bk), (rv, kv), "p")
-        lj = vx.tile(f"v_lj{u}", MemSpace.UB, dtypes.float32, stat, (rv, 1), "stat")
-        mn = vx.tile(f"v_mn{u}", MemSpace.UB, dtypes.float32, stat, (rv, 1), "stat")
+        lj = vx.tile(f"v_lj{u}", MemSpace.UB, mdt, mstat, (rv, 1), "stat")
+        mn = vx.tile(f"v_mn{u}", MemSpace.UB, mdt, mstat, (rv, 1), "stat")
         al = f"v_alpha{u}"
         ops = [mark(instr("TLOAD", [s_in, GMRegion("ws_s", (base + u * mq + row0, 0), True)], T, None, loc),
                     "ws_s", "v")]
@@ -388,25 +420,40 @@ def lower_flash(p: TileProgram, machine):
             ops.append(instr("TCVT", [s, s_in], T, None, loc))
         ops.append(instr("TMULS", [s, s, float(scale)], T, None, loc))
         if diag is not None:
-            mk = vx.tile(f"v_mask{u}", MemSpace.UB, dtypes.float32, (half, bk), (rv, kv),
-                         "pv" if sdt != dtypes.float32 else "mask")   # (the UB holds one more [HALF, BK] fp32 tile only then)
+            mk = vx.tile(f"v_mask{u}", MemSpace.UB, mdt, (half, bk), (rv, kv),
+                         "pv" if sdt != f32 else "mask")   # (the UB holds one more [HALF, BK] fp32 tile only then)
             d = q0 + row0 + diag - jj * bk          # key c of the block is kept by row r when c <= r + d
             partial = sympy.Gt(jj * bk + bk - 1, q0 + row0 + diag) if skip else sympy.true
-            ops.append(If(partial, [instr("TTRIL", [mk, d], T, None, loc), instr("TADDS", [mk, mk, -1.0], T, None, loc),
-                           instr("TMULS", [mk, mk, -NEG], T, None, loc), instr("TADD", [s, s, mk], T, None, loc)]))
-        ops += [instr("TROWMAX", [lj, s], T, None, loc), instr("TMAX", [mn, m, lj], T, None, loc),
-                instr("TSUB", [al, m, mn], T, None, loc), instr("TEXP", [al, al], T, None, loc),
-                instr("TMOV_V", [m, mn], T, None, loc), instr("TROWEXPANDSUB", [s, s, mn], T, None, loc),
-                instr("TEXP", [s, s], T, None, loc), instr("TROWSUM", [lj, s], T, None, loc),
-                instr("TMUL", [l_, l_, al], T, None, loc), instr("TADD", [l_, l_, lj], T, None, loc),
-                instr("TCVT", [p16, s], T, None, loc),
-                mark(instr("TSTORE", [GMRegion("ws_p", (base + u * mq + row0, 0), True), p16], T, None, loc),
-                     "ws_p", "v")]
+            ops.append(If(partial, [instr("TTRIL", [mk, d], T, None, loc),
+                                    instr("TADDS", [mk, mk, -1.0], T, None, loc),
+                                    instr("TMULS", [mk, mk, -neg], T, None, loc),
+                                    instr("TADD", [s, s, mk], T, None, loc)]))
+        ops += [instr("TROWMAX", [lj, s], T, None, loc), instr("TMAX", [mn, m, lj], T, None, loc)]
+        if math16:
+            a16 = vx.tile(f"v_a16_{u}", MemSpace.UB, mdt, mstat, (rv, 1), "stat")
+            ops += [instr("TSUB", [a16, m, mn], T, None, loc), instr("TEXP", [a16, a16], T, None, loc),
+                    instr("TCVT", [al, a16], T, None, loc)]
+        else:
+            ops += [instr("TSUB", [al, m, mn], T, None, loc), instr("TEXP", [al, al], T, None, loc)]
+        ops += [instr("TMOV_V", [m, mn], T, None, loc), instr("TROWEXPANDSUB", [s, s, mn], T, None, loc),
+                instr("TEXP", [s, s], T, None, loc), instr("TROWSUM", [lj, s], T, None, loc)]
+        if math16:
+            lj32 = vx.tile(f"v_lj32_{u}", MemSpace.UB, f32, stat, (rv, 1), "stat")
+            ops += [instr("TCVT", [lj32, lj], T, None, loc)]
+            lj = lj32
+        ops += [instr("TMUL", [l_, l_, al], T, None, loc), instr("TADD", [l_, l_, lj], T, None, loc)]
+        if math16:
+            p16 = s                                 # P is the fp16 scores' tile, exponentiated in place
+        else:
+            p16 = vx.tile(f"v_p{u}", MemSpace.UB, dt, (half, bk), (rv, kv), "p")
+            ops.append(instr("TCVT", [p16, s], T, None, loc))
+        ops.append(mark(instr("TSTORE", [GMRegion("ws_p", (base + u * mq + row0, 0), True), p16], T, None, loc),
+                        "ws_p", "v"))
         return ops
 
     def fold(jj, u):
-        pvt = vx.tile(f"v_pv{u}", MemSpace.UB, dtypes.float32, (half, Ev), (rv, Ev), "pv")
-        pin = pvt if pvdt == dtypes.float32 else vx.tile(f"v_pvin{u}", MemSpace.UB, pvdt, (half, Ev), (rv, Ev), "pvin")
+        pvt = vx.tile(f"v_pv{u}", MemSpace.UB, f32, (half, Ev), (rv, Ev), "pv")
+        pin = pvt if pvdt == f32 else vx.tile(f"v_pvin{u}", MemSpace.UB, pvdt, (half, Ev), (rv, Ev), "pvin")
         al = f"v_alpha{u}"
         ops = [mark(instr("TLOAD", [pin, GMRegion("ws_pv", (base + u * mq + row0, 0), True)], T, None, loc),
                     "ws_pv", "v")]
@@ -417,7 +464,7 @@ def lower_flash(p: TileProgram, machine):
 
     # alpha_j lives from softmax(j) to fold(j), PRELOAD copies later (across the loop's back edge): a region each
     for u in range(U):
-        vx.tile(f"v_alpha{u}", MemSpace.UB, dtypes.float32, stat, (rv, 1), f"alpha{u}")
+        vx.tile(f"v_alpha{u}", MemSpace.UB, f32, stat, (rv, 1), f"alpha{u}")
     vec_task = [instr("TEXPANDS", [m, float("-inf")], T, None, loc), instr("TEXPANDS", [l_, 0.0], T, None, loc),
                 instr("TEXPANDS", [acc, 0.0], T, None, loc)]
     vec_task += skewed(softmax, fold)
@@ -428,16 +475,15 @@ def lower_flash(p: TileProgram, machine):
     kernel = Kernel(p.name, [cube, vec], loc)
     kernel.attrs["decisions"] = {
         "kind": "flash", "form": "flash", "tile_source": "chooser",
-        "tile": {"query rows": mq, "keys": bk, "head dim": E},
+        "tile": {"query rows": mq, "keys": bk, "cube subtile keys": ck, "head dim": E},
         "sizes": {"heads": bh, "queries": L, "keys": S},
-        "buffers": {"workspace slots": U, "vector rows per sub-block": half},
+        "buffers": {"workspace slots": U, "vector rows per sub-block": half,
+                    "handoff dtypes": f"S {sdt.name}, P {dt.name}, PV {pvdt.name}",
+                    "softmax dtype": mdt.name},
         "pipelining": P + 1, "preload": P, "block_dim": block_dim,
         "mask": "none" if diag is None else f"j <= i + {diag}: masked key blocks skipped, mask on partial blocks only"}
     regions = {**c.regions, **vx.regions}
     return kernel, block_dim, regions
-
-
-__all__ = ["FlashMatch", "match_attention", "unsupported", "flash_program", "lower_flash", "workspace_shapes"]
 
 
 # ---------------------------------------------------------------- the tiling pass's hooks

@@ -89,21 +89,23 @@ def test_one_cluster_kernel_and_its_decisions():
     kernel = next(iter(graph.kernels.values()))
     assert sorted(b.core for b in kernel.blocks) == [CoreType.AIC, CoreType.AIV]
     d = kernel.attrs["decisions"]
-    assert d["form"] == "flash" and d["tile"]["query rows"] == 128 and d["tile"]["keys"] == 128
+    assert d["form"] == "flash" and d["tile"]["query rows"] == 128 and d["tile"]["keys"] == 256
+    assert d["tile"]["cube subtile keys"] == 128 and d["buffers"]["softmax dtype"] == "float16"
     assert d["pipelining"] == 3 and d["buffers"]["workspace slots"] == 4
     _, report = sim.run(graph, dict(zip(graph.inputs, (q, k, v))), {}, timing_only=True)
     assert report.decisions[kernel.name]["form"] == "flash" and "bound" in report.decisions[kernel.name]
 
 
 def test_masked_key_blocks_are_skipped():
-    """Causal: query block i runs key blocks 0..i only (10 of 16 at 512 x 512); static_masks=False runs all 16."""
+    """Causal at 512 x 512 (fp16: 128-row query blocks, 256-key blocks): query blocks 0, 1 run key block 0 only,
+    blocks 2, 3 key blocks 0 and 1 (6 of 8); static_masks=False runs all 8."""
     q, k, v = _inputs((1, 512, 128), (1, 512, 128), "fp16")
     flops = {}
     for sm in (True, False):
         graph = lower(pypto.jit(_sdpa(True), backend="reference").trace(q, k, v), static_masks=sm)
         flops[sm] = sim.run(graph, dict(zip(graph.inputs, (q, k, v))), {}, timing_only=True)[1].cube_flops
-    block = 2 * 2 * 128 * 128 * 128
-    assert flops[False] == 16 * block and flops[True] == 10 * block
+    block = 2 * 2 * 128 * 256 * 128
+    assert flops[False] == 8 * block and flops[True] == 6 * block
 
 
 def test_hand_written_attention_is_flash():
