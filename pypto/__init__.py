@@ -21,6 +21,7 @@ _LAZY = {
     **dict.fromkeys(("DYNAMIC", "dynamic", "floordiv", "ceildiv"), ".symbolic"),
     **dict.fromkeys(("set_machine", "get_machine", "load_machine", "MachineSpec"), ".machine"),
     **dict.fromkeys(("Tensor", "TensorSpec"), ".frontend.tensor"),
+    "tensor": ".frontend.tensor",
     **dict.fromkeys(("jit", "JitFunction"), ".frontend.jit"),
     "last_report": ".runtime.report",
     **dict.fromkeys(("loop", "item", "cond", "is_loop_begin", "is_loop_end"), ".frontend.control"),
@@ -28,6 +29,11 @@ _LAZY = {
     **dict.fromkeys(("min", "max", "view", "assemble", "getitem", "setitem"), ".frontend.api"),
     **dict.fromkeys(("randn", "rand", "zeros", "ones", "full", "from_torch"), ".creation"),
     **dict.fromkeys(("Module", "Parameter"), ".nn"),
+    # CANN PyPTO's names (frontend/cann.py: what pypto does not model is accepted and recorded as ignored)
+    **dict.fromkeys(("RunMode", "options", "set_options", "set_pass_options", "set_host_options",
+                     "set_codegen_options", "set_runtime_options", "set_verify_options", "set_debug_options",
+                     "get_pass_options", "get_host_options", "get_codegen_options", "get_runtime_options",
+                     "get_verify_options", "get_debug_options"), ".frontend.cann"),
     **dict.fromkeys(("set_vec_tile_shapes", "set_cube_tile_shapes", "get_vec_tile_shapes",
                      "get_cube_tile_shapes"), ".frontend.hints"),
 }

@@ -63,9 +63,13 @@ def rand(*shape, dtype=None, generator: torch.Generator | None = None) -> torch.
     return torch.rand(_static_shape(shape, "rand"), dtype=_float_dtype(dtype, "rand"), generator=generator)
 
 
-def full(shape, fill_value, dtype=None):
-    if ctx.is_tracing():
-        return api.full(shape, fill_value, dtype)
+def full(shape=None, fill_value=None, dtype=None, **kwargs):
+    if ctx.is_tracing():             # kwargs: CANN's size= and valid_shape= (frontend/api.full)
+        return api.full(shape, fill_value, dtype, **kwargs)
+    if "size" in kwargs and shape is None:
+        shape = kwargs.pop("size")
+    if kwargs:
+        raise PyptoError(f"pypto.full outside a trace takes shape, fill_value and dtype, not {sorted(kwargs)}")
     shape = _static_shape((shape,) if isinstance(shape, (numbers.Integral,)) else tuple(shape), "full")
     if dtype is None:
         return torch.full(shape, fill_value)

@@ -147,9 +147,32 @@ def where(condition, input, other) -> Tensor:
 
 
 def clip(input, min=None, max=None) -> Tensor:
+    """torch.clamp: ``min`` / ``max`` are numbers or tensors (broadcast against ``input``, as torch's)."""
     if min is None and max is None:
         raise PyptoError("clip: at least one of min and max must be given")
+    if isinstance(min, (Tensor, torch.Tensor)) or isinstance(max, (Tensor, torch.Tensor)):
+        x = as_tensor(input, "clip")
+        if min is not None:
+            x = maximum(x, min)
+        if max is not None:
+            x = minimum(x, max)
+        return x
     return emit("clip", [as_tensor(input, "clip")], {"min": min, "max": max})
+
+
+def round(input, decimals: int = 0) -> Tensor:
+    # torch.round: halves to even; ``decimals`` rounds to that many decimal places (as torch: the
+    # value scaled by 10**decimals, rounded, scaled back). Its doc is the op's (tests/ops/test_registry.py)
+    if isinstance(decimals, bool) or not isinstance(decimals, int):
+        raise TypeMismatchError(f"round: decimals must be an int, found {decimals!r}")
+    x = as_tensor(input, "round")
+    if decimals == 0:
+        return _unary("round", x)
+    scale = 10.0 ** decimals
+    return div(_unary("round", mul(x, scale)), scale)
+
+
+round.__doc__ = get_op("round").doc
 
 
 clamp = clip
@@ -168,7 +191,17 @@ def _shape_args(shape) -> tuple:
     return tuple(sym.simplify(d) for d in shape)
 
 
-def full(shape, fill_value, dtype=None) -> Tensor:
+def full(shape=None, fill_value=None, dtype=None, *, size=None, valid_shape=None) -> Tensor:
+    """``full(shape, fill_value, dtype)``; CANN spells the shape ``size=`` and may give ``valid_shape``
+    (the run-time extent, e.g. a tail's): the result's shape is the valid shape, as a view's is."""
+    if size is not None:
+        if shape is not None:
+            raise TypeMismatchError("full: give the shape once (shape or size=)")
+        shape = size
+    if shape is None or fill_value is None:
+        raise TypeMismatchError("full: needs a shape (or size=) and a fill_value")
+    if valid_shape is not None:
+        shape = _valid_shape("full", shape, valid_shape)
     dt = dtypes.to_dtype(dtype) if dtype is not None else (
         dtypes.float32 if isinstance(fill_value, float) else dtypes.bool_ if isinstance(fill_value, bool)
         else dtypes.int64)
@@ -268,7 +301,7 @@ def view(x, shape, offsets, valid_shape=None) -> Tensor:
     the tile-shape hint."""
     x = as_tensor(x, "view")
     shape = tuple(sym.simplify(d) for d in shape)
-    valid = tuple(sym.simplify(d) for d in (valid_shape if valid_shape is not None else shape))
+    valid = tuple(_size_form(d) for d in (valid_shape if valid_shape is not None else shape))
     offsets = tuple(sym.simplify(o) for o in offsets)
     return emit("view", [x], {"offsets": offsets, "shape": valid, "tile_shape": shape})
 
@@ -339,12 +372,43 @@ def _broadcast_to(v: Tensor, shape: tuple) -> Tensor:
     return add(v, zeros(*shape, dtype=v.dtype)) if tuple(v.shape) != tuple(shape) else v
 
 
-def reshape(x, *shape) -> Tensor:
+def reshape(x, *shape, valid_shape=None, inplace: bool = False) -> Tensor:
+    """``reshape(x, shape)`` (torch's; -1 is not supported). CANN's ``valid_shape=``: the run-time
+    extent of the result (a tail's, e.g. ``[actual_l, d]`` of a ``[l, d]`` box), which is the
+    result's shape in pypto (as ``view``'s valid shape is); ``inplace`` (CANN's storage sharing) is
+    what every pypto reshape is: a view of its input."""
     x = as_tensor(x, "reshape")
     shape = _shape_args(shape)
+    if valid_shape is not None:
+        shape = _valid_shape("reshape", shape, valid_shape)
     if tuple(shape) == tuple(x.shape):
         return x
     return emit("reshape", [x], {"shape": shape})
+
+
+def _size_form(d):
+    """A size with the terms added to a min / max moved inside it: ``min(s + 64, n) - s`` (CANN's
+    programs compute a tail's extent so) is ``min(64, n - s)``, the form pypto.min(64, n - s) and
+    slicing give, so that the two are the same size."""
+    d = sym.simplify(d)
+    if isinstance(d, sympy.Add):
+        picks = [a for a in d.args if isinstance(a, (sympy.Min, sympy.Max))]
+        if len(picks) == 1:
+            rest = d - picks[0]
+            d = sym.simplify(picks[0].func(*(sym.simplify(a + rest) for a in picks[0].args)))
+    return d
+
+
+def _valid_shape(fn: str, shape, valid_shape) -> tuple:
+    """CANN's valid shape of a ``shape`` box: one entry per dim, each at most the box's (when both are
+    known); it is the shape pypto gives the result."""
+    shape, valid = _shape_args([shape]), tuple(_size_form(d) for d in _shape_args([valid_shape]))
+    if len(valid) != len(shape):
+        raise ShapeError(f"{fn}: valid_shape {list(valid)} needs one entry per dim of the shape {list(shape)}")
+    for v, d in zip(valid, shape):
+        if isinstance(v, int) and isinstance(d, int) and not 0 <= v <= d:
+            raise ShapeError(f"{fn}: valid_shape {list(valid)} is not within the shape {list(shape)}")
+    return valid
 
 
 # the op families, re-exported so that ``pypto.<name>`` and Tensor methods find them here

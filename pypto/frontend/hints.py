@@ -6,8 +6,9 @@ hint set outside any trace is a global default. ``emit`` calls ``stamp``, which 
 hints into the attrs of the op it records (``vec_tile`` on vector ops, ``cube_tile`` on cube ops).
 
 What is checked here does not depend on the machine: positive int sizes, a cube pair with
-0 < L0 <= L1 and L1 % L0 == 0, and a vector hint with one entry per dim of the op's largest
-operand. Alignment and buffer capacities are checked by the lowering against the machine the
+0 < L0 <= L1 and L1 % L0 == 0, and a vector hint with at least one entry per dim of the op's largest
+operand (an op of lower rank takes the hint's trailing entries, as CANN PyPTO does; an op a pass
+inserts while re-tracing, ``scoped``, is left unhinted rather than rejected when the hint is too short). Alignment and buffer capacities are checked by the lowering against the machine the
 program is compiled for (pypto/passes/hints.py). A bad hint raises ``TilingError`` at the user's line.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from . import context as ctx
 
 _global = {"vec": None, "cube": None}                  # set outside any trace
 _local = {"vec": None, "cube": None, "owner": None}    # set inside the root trace numbered `owner`
+_compiler = {"depth": 0}                               # > 0 while a pass re-traces ops (``scoped``)
 
 
 def _trace_root():
@@ -102,12 +104,31 @@ def stamp(op_def, attrs: dict, infos: list, out) -> None:
     if op_def.unit == "vector" and active["vec"] is not None:
         dims = active["vec"]
         rank = max((len(v.shape) for v in hinted_values(infos, out)), default=0)
-        if rank and len(dims) != rank:
+        if rank and len(dims) > rank:          # a lower-rank op takes the hint's trailing dims (CANN's rule)
+            dims = dims[len(dims) - rank:]
+        elif rank and len(dims) < rank:
+            if _compiler["depth"]:             # an op a pass inserted is never the user's error: no hint
+                return
             raise TilingError(f"vector tile shape {list(dims)} has {len(dims)} dims but this op works on "
-                              f"rank-{rank} tensors", hint=f"call pypto.set_vec_tile_shapes with {rank} sizes")
+                              f"rank-{rank} tensors", hint=f"call pypto.set_vec_tile_shapes with {rank} sizes "
+                              "(an op of lower rank takes the trailing ones)")
         attrs["vec_tile"] = tuple(dims)
+        if _compiler["depth"]:
+            attrs["hint_inherited"] = True     # passes/hints.py does not reject it for the user
     elif op_def.unit == "cube" and active["cube"] is not None:
         attrs["cube_tile"] = dict(active["cube"])
+
+
+def snapshot():
+    """The hints in force now (global and the current trace's), for ``restore``."""
+    return dict(_global), dict(_local)
+
+
+def restore(saved) -> None:
+    _global.clear()
+    _global.update(saved[0])
+    _local.clear()
+    _local.update(saved[1])
 
 
 class scoped:
@@ -121,9 +142,11 @@ class scoped:
         self.saved = (dict(_global), dict(_local))
         _global.update(vec=self.vec, cube=self.cube)
         _local.update(vec=None, cube=None, owner=None)
+        _compiler["depth"] += 1
         return self
 
     def __exit__(self, *exc):
+        _compiler["depth"] -= 1
         _global.clear()
         _global.update(self.saved[0])
         _local.clear()

@@ -7,6 +7,8 @@ dynamic shapes do), plus every non-tensor argument. One trace serves every value
 from __future__ import annotations
 
 import functools
+import sys
+import types
 
 import sympy
 import torch
@@ -17,7 +19,7 @@ from ..errors import (PyptoError, ShapeError, DTypeError, SymbolicError, TypeMis
 from ..ir.dump import open_tensor_dump
 from ..ir.tensor_graph import OutputSpec, TensorGraph, ValueInfo
 from ..sanitize import user_name
-from . import context as ctx
+from . import cann, context as ctx
 from .api import fresh
 from .conditions import traceable
 from .signature import evaluated_signature
@@ -74,6 +76,7 @@ class JitFunction:
         for pname, v in bound.arguments.items():
             if isinstance(v, torch.Tensor):
                 spec = self.arg_spec(pname, v)
+                spec = spec.matching(v.shape) if spec is not None else None
                 self._check_tensor(pname, v, spec, loc)
                 dims = []
                 for i, n in enumerate(v.shape):
@@ -120,9 +123,10 @@ class JitFunction:
                 nid = g.add_input(ValueInfo(tuple(shape), dtypes.to_dtype(dt), pname))
                 call_args[pname] = Tensor._wrap(g, nid)
             inputs_by_param = {p: call_args[p] for p, dt, _ in key if dt != "const"}
-            fn = traceable(self.fn)          # run-time conditions in its body (frontend/conditions.py)
-            result = fn(**call_args) if not _has_varargs(self.signature) else \
-                fn(*_positional(self.signature, call_args))
+            with cann.size_builtins():
+                fn = traceable(self.fn)          # run-time conditions in its body (frontend/conditions.py)
+                result = fn(**call_args) if not _has_varargs(self.signature) else \
+                    fn(*_positional(self.signature, call_args))
         finally:
             ctx.pop()
         g.symbols = list(dict.fromkeys(symbols.values()))
@@ -260,11 +264,31 @@ def bind_sizes(declared, loc) -> dict:
     return env
 
 
+_CANN_JIT_OPTIONS = ("host_options", "codegen_options", "pass_options", "runtime_options", "verify_options",
+                     "debug_options", "new_ir", "create_new_logical_tensor")
+
+
 def jit(fn=None, **options):
-    """Decorator: ``@pypto.jit`` or ``@pypto.jit(backend="cpu", machine="a2a3", dump=dir)``."""
+    """Decorator: ``@pypto.jit`` or ``@pypto.jit(backend="cpu", machine="a2a3", dump=dir)``; also spelt
+    ``@pypto.frontend.jit(...)`` as in CANN PyPTO, whose keyword arguments (``runtime_options=``,
+    ``pass_options=`` ...) are accepted and recorded as ignored (frontend/cann.py)."""
+    cann_options = {k: options.pop(k) for k in _CANN_JIT_OPTIONS if k in options}
+    if cann_options:
+        cann.jit_options(getattr(fn, "__name__", "fn"), **cann_options)
     if fn is None:
         return lambda f: JitFunction(f, **options)
     return JitFunction(fn, **options)
+
+
+class _JitModule(types.ModuleType):
+    """This module, callable: ``pypto.frontend.jit`` is CANN PyPTO's decorator while the package's
+    modules keep importing ``pypto.frontend.jit`` as a module."""
+
+    def __call__(self, fn=None, **options):
+        return jit(fn, **options)
+
+
+sys.modules[__name__].__class__ = _JitModule
 
 
 def trace_callable(fn, specs, name: str = "graph", symbols=()) -> TensorGraph:

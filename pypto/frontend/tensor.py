@@ -26,14 +26,33 @@ class TensorSpec:
     name: str | None = None
 
     def __repr__(self) -> str:
-        dims = ", ".join("DYNAMIC" if d is symbolic.DYNAMIC else str(d) for d in self.shape)
+        dims = ", ".join("DYNAMIC" if d is symbolic.DYNAMIC else "..." if d is Ellipsis else str(d)
+                         for d in self.shape)
         return f"pypto.Tensor[[{dims}], {self.dtype!r}]"
+
+    def matching(self, shape) -> "TensorSpec":
+        """This spec with its ``...`` (any number of dims, each static: CANN's ``Tensor([], dtype)``,
+        ``Tensor()``, ``Tensor([DYNAMIC, ...], dtype)``) replaced by the dims of ``shape`` it stands
+        for; unchanged when it has none, or when ``shape`` has too few dims (the rank check says so)."""
+        if Ellipsis not in self.shape:
+            return self
+        k = self.shape.index(Ellipsis)
+        head, tail = self.shape[:k], self.shape[k + 1:]
+        if len(shape) < len(head) + len(tail):
+            return self
+        middle = tuple(int(n) for n in shape[len(head):len(shape) - len(tail)])
+        return TensorSpec(head + middle + tail, self.dtype, self.name)
 
 
 def _spec(shape, dtype=None, name=None) -> TensorSpec:
-    if isinstance(shape, (int, sympy.Basic)) or shape is symbolic.DYNAMIC:
+    if isinstance(shape, (int, sympy.Basic)) or shape is symbolic.DYNAMIC or shape is Ellipsis:
         shape = (shape,)
-    return TensorSpec(tuple(shape), dtypes.to_dtype(dtype) if dtype is not None else None, name)
+    shape = tuple(shape)
+    if not shape:                   # CANN's Tensor([], dtype): any shape (each dim static), not rank 0
+        shape = (Ellipsis,)
+    if shape.count(Ellipsis) > 1:
+        raise TypeMismatchError(f"a tensor annotation has at most one '...', found {list(shape)}")
+    return TensorSpec(shape, dtypes.to_dtype(dtype) if dtype is not None else None, name)
 
 
 @dataclass
@@ -57,15 +76,21 @@ class Tensor:
     __array_priority__ = 1000
 
     def __new__(cls, shape=None, dtype=None, name=None, **kwargs):
-        if shape is None:
-            return super().__new__(cls)
+        # CANN's Tensor(shape, dtype, name, format, data_ptr, device, ori_shape): format, data_ptr,
+        # device and ori_shape describe CANN's device memory; a traced value has none of them
+        if shape is None:           # CANN's Tensor(): an annotation of any shape and dtype
+            return _spec(Ellipsis, kwargs.get("dtype", dtype), name or None)
         if ctx.is_tracing():
             from .api import zeros
             return zeros(*(shape if isinstance(shape, (list, tuple)) else [shape]),
-                         dtype=dtype or dtypes.float32)
-        return _spec(shape, kwargs.get("dtype", dtype), name)
+                         dtype=kwargs.get("dtype", dtype) or dtypes.float32)
+        return _spec(shape, kwargs.get("dtype", dtype), name or None)
 
     def __class_getitem__(cls, item):
+        """``Tensor[[dims...], dtype]``; also CANN's ``Tensor[...]`` (any shape and dtype) and
+        ``Tensor[[...], dtype]`` / ``Tensor[[DYNAMIC, ...], dtype]``."""
+        if item is Ellipsis:
+            return _spec(Ellipsis)
         if not isinstance(item, tuple) or len(item) != 2:
             raise TypeMismatchError("annotate as pypto.Tensor[[dims...], dtype]")
         return _spec(item[0], item[1])
@@ -229,6 +254,23 @@ Tensor.bfloat16 = lambda self: _method("cast")(self, dtypes.bfloat16)
 Tensor.int = lambda self: _method("cast")(self, dtypes.int32)
 Tensor.long = lambda self: _method("cast")(self, dtypes.int64)
 Tensor.bool = lambda self: _method("cast")(self, dtypes.bool_)
+
+
+def _move(self, other) -> None:
+    """CANN's ``out.move(t)``: ``self`` takes ``t``'s value, all of it (``out[...] = t`` with equal
+    shapes and dtypes; a shape or dtype that differs is an error, not a broadcast or a cast)."""
+    if not isinstance(other, Tensor):
+        raise TypeMismatchError(f"move: expected a pypto.Tensor, found {type(other).__name__}")
+    if other.dtype != self.dtype or len(other.shape) != len(self.shape) or \
+            any(symbolic.equal(a, b) is False for a, b in zip(other.shape, self.shape)):
+        from ..errors import ShapeError
+        raise ShapeError(f"move: the tensor moved in ({list(other.shape)}, {other.dtype}) must have the shape and "
+                         f"dtype of the target ({list(self.shape)}, {self.dtype})")
+    _method("setitem")(self, Ellipsis, other)
+
+
+Tensor.move = _move
+tensor = Tensor          # CANN's pypto.tensor(shape, dtype, name): the same constructor
 
 
 def is_tensor(x) -> bool:

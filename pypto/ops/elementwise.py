@@ -49,6 +49,8 @@ UNARY = {
     "sign": (torch.sign, _same, 1), "logical_not": (torch.logical_not, _bool, 1),
     "isfinite": (torch.isfinite, _bool, 1), "erf": (torch.erf, _float_result, 8),
     "log2": (torch.log2, _float_result, 5),
+    "erfc": (torch.erfc, _float_result, 9), "expm1": (torch.expm1, _float_result, 5),
+    "trunc": (torch.trunc, _same, 2),
 }
 
 BINARY = {
@@ -115,7 +117,27 @@ def _log2_decompose(P, ins, attrs):
     return P.cast(P.mul(P.log(P.cast(x, dtypes.float32)), 1.0 / math.log(2.0)), out)
 
 
-_DECOMPOSE = {"log2": _log2_decompose}
+def _in_fp32(fn):
+    """A decomposition computed in fp32 and rounded once to the result dtype (as torch computes half types)."""
+    def decompose(P, ins, attrs):
+        x = ins[0]
+        return P.cast(fn(P, P.cast(x, dtypes.float32)), _float_result(x.dtype))
+    return decompose
+
+
+def _trunc_decompose(P, ins, attrs):
+    # toward zero: floor of the non-negative values, ceil of the negative ones (an integer is itself)
+    x = ins[0]
+    if not x.dtype.is_floating:
+        return x
+    return P.where(P.ge(x, 0), P.floor(x), P.ceil(x))
+
+
+_DECOMPOSE = {"log2": _log2_decompose,
+              "erfc": _in_fp32(lambda P, x: P.sub(1.0, P.erf(x))),
+              # exp(x) - 1 in fp32: abs error ~1e-7, so the relative error grows as |x| -> 0
+              "expm1": _in_fp32(lambda P, x: P.sub(P.exp(x), 1.0)),
+              "trunc": _trunc_decompose}
 
 for _name, (_fn, _rule, _flops) in UNARY.items():
     register(OpDef(_name, "elementwise", _unary_infer(_rule), _unary_ref(_fn, _rule), flops=_flops, num_inputs=1,
