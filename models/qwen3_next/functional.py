@@ -6,11 +6,14 @@ Each entry point validates its arguments (a ``GDNArgumentError``, which is both 
 state buffers on the host and calls one compiled function per static configuration; the
 sequence length is a dynamic size, so one compilation serves every T.
 
-Variable-length batches (``cu_seqlens``): the sequence lengths must be run-time sizes, but pypto
-sizes come from argument shapes, so the lengths travel as the shape of an empty "length carrier"
-tensor ``[L_0, ..., L_{N-1}, 0]``. One compilation then serves every batch with the same number
-of (non-empty) sequences; empty sequences never reach the kernel (their final state is their
-initial state).
+Variable-length batches (``cu_seqlens``): by default the sequence lengths are run-time sizes that
+travel as the shape of an empty "length carrier" tensor ``[L_0, ..., L_{N-1}, 0]``: one compilation
+serves every batch with the same number of (non-empty) sequences; empty sequences never reach the
+kernel (their final state is their initial state). With ``device_cu_seqlens=True`` cu_seqlens itself
+is an int32 argument of the kernel: a ``pypto.loop`` over the sequences reads each start and length
+with ``pypto.item`` on the AICPU (frontend/scalars.py), so one compilation serves every batch with
+the same N (empty sequences are zero-trip loops). The chunked rule then uses its per-head form (the
+all-heads form sizes buffers by the sequence length, which is read only while the program runs).
 """
 from __future__ import annotations
 
@@ -117,6 +120,28 @@ def _recurrent_body(q, k, v, g, beta, state, o, lengths, state_rows, heads, scal
                                        scale=scale, use_qk_l2norm=use_qk_l2norm, per_head=per_head)
 
 
+def _device_sequences(q, cu):
+    """The sequences of a packed batch whose cu_seqlens is the int32 argument ``cu``: a pypto.loop over
+    them, each (batch row 0, state row n, start, length) read by the control program (pypto.item)."""
+    for n in pypto.loop(cu.shape[0] - 1, name="seq"):
+        start = pypto.item(cu, n)
+        yield [(0, n, start, pypto.item(cu, n + 1) - start)]
+
+
+def _chunk_cu_body(q, k, v, g, beta, state, o, cu, heads, scale, chunk_size, cube_dtype, use_qk_l2norm):
+    q, k, v, g, beta, o = _operands(q, k, v, g, beta, o, heads)
+    for seq in _device_sequences(q.tensor, cu):
+        kernels.chunk_gated_delta_rule(q, k, v, g, beta, state, o, seq, scale=scale, chunk_size=chunk_size,
+                                       use_qk_l2norm=use_qk_l2norm, per_head=True, cube_dtype=cube_dtype)
+
+
+def _recurrent_cu_body(q, k, v, g, beta, state, o, cu, heads, scale, use_qk_l2norm, per_head):
+    q, k, v, g, beta, o = _operands(q, k, v, g, beta, o, heads)
+    for seq in _device_sequences(q.tensor, cu):
+        kernels.recurrent_gated_delta_rule(q, k, v, g, beta, state, o, seq, scale=scale,
+                                           use_qk_l2norm=use_qk_l2norm, per_head=per_head)
+
+
 def _conv_body(x, weight, bias, history, activation, output_final_state):
     y, final = kernels.causal_conv1d(x, weight, bias, history, activation=activation)
     y = pypto.cast(y, x.dtype)
@@ -133,6 +158,8 @@ _TIME = (1,)
 _ENTRIES = {
     "chunk": (_chunk_body, {n: _TIME for n in ("q", "k", "v", "g", "beta", "o")} | {"lengths": "leading"}),
     "recurrent": (_recurrent_body, {n: _TIME for n in ("q", "k", "v", "g", "beta", "o")} | {"lengths": "leading"}),
+    "chunk_cu": (_chunk_cu_body, {n: _TIME for n in ("q", "k", "v", "g", "beta", "o")} | {"cu": "leading"}),
+    "recurrent_cu": (_recurrent_cu_body, {n: _TIME for n in ("q", "k", "v", "g", "beta", "o")} | {"cu": "leading"}),
     "conv": (_conv_body, {"x": _TIME}),
     "conv_update": (_conv_update_body, {}),
 }
@@ -167,8 +194,11 @@ def _prepare(q, k, v, g, beta, scale, initial_state, cu_seqlens):
 
 
 def _run_rule(name, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
-              use_qk_l2norm_in_kernel, backend, per_head, extra, jit_options):
+              use_qk_l2norm_in_kernel, backend, per_head, extra, jit_options, device_cu_seqlens=False):
     d, scale, state, o = _prepare(q, k, v, g, beta, scale, initial_state, cu_seqlens)
+    if device_cu_seqlens and cu_seqlens is not None:
+        return _run_rule_device_cu(name, d, q, k, v, g, beta, scale, state, o, output_final_state, cu_seqlens,
+                                   use_qk_l2norm_in_kernel, backend, per_head, extra, jit_options)
     lengths, state_rows = None, None
     if cu_seqlens is not None:
         cu = [int(c) for c in torch.as_tensor(cu_seqlens).tolist()]
@@ -186,13 +216,31 @@ def _run_rule(name, q, k, v, g, beta, scale, initial_state, output_final_state, 
     return o, (state if output_final_state else None)
 
 
+def _run_rule_device_cu(name, d, q, k, v, g, beta, scale, state, o, output_final_state, cu_seqlens,
+                        use_qk_l2norm_in_kernel, backend, per_head, extra, jit_options):
+    """``_run_rule`` with cu_seqlens an int32 argument the kernel reads on the device."""
+    if d.T > 0:
+        fn = kernel_function(f"{name}_cu", backend, **(jit_options or {}))
+        B, T = d.B, d.T
+        q3, k3 = (x.contiguous().reshape(B, T, d.H * d.K) for x in (q, k))
+        v3, o3 = v.contiguous().reshape(B, T, d.HV * d.V), o.reshape(B, T, d.HV * d.V)
+        cu = torch.as_tensor(cu_seqlens).to(torch.int32).contiguous()
+        if name == "chunk":
+            rest = extra + (bool(use_qk_l2norm_in_kernel),)
+        else:
+            rest = (bool(use_qk_l2norm_in_kernel), default_per_head(name, backend) if per_head is None else bool(per_head))
+        fn(q3, k3, v3, g.contiguous(), beta.contiguous(), state.reshape(-1, d.V), o3, cu,
+           (d.H, d.K, d.HV, d.V), float(scale), *rest)
+    return o, (state if output_final_state else None)
+
+
 def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                            beta: torch.Tensor, scale: Optional[float] = None,
                            initial_state: Optional[torch.Tensor] = None, output_final_state: bool = False,
                            cu_seqlens: Optional[torch.Tensor] = None, use_qk_l2norm_in_kernel: bool = False,
                            chunk_size: int = 64, *, backend: Optional[str] = None,
                            per_head: Optional[bool] = None, cube_dtype=None, jit_options: Optional[dict] = None,
-                           impl: Optional[str] = None):
+                           impl: Optional[str] = None, device_cu_seqlens: bool = False):
     """Chunked gated delta rule (prefill), fla's signature.
 
     q, k [B, T, H, K]; v [B, T, HV, V] (HV a multiple of H); g (log decay, <= 0) and beta
@@ -207,13 +255,14 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
     (the Tensor-level kernels) or None: "pro" where it supports the call (backend, dims, chunk size,
     dtypes: ``pro_kernels.supports``), else "tensor". With "pro", ``cube_dtype`` is the matmul operand
     dtype for 16-bit inputs (default fp16) and the report is ``pro_kernels.kernel(...).last_report``;
-    ``per_head`` does not apply.
+    ``per_head`` does not apply. ``device_cu_seqlens``: cu_seqlens is read on the device (module doc;
+    the Tensor-level per-head kernel, whatever ``impl`` and ``per_head`` say).
     """
     if not isinstance(chunk_size, int) or chunk_size <= 0:
         _fail(f"chunk_size must be a positive int, got {chunk_size!r}")
     if impl not in (None, "pro", "tensor"):
         _fail(f"impl must be 'pro', 'tensor' or None, got {impl!r}")
-    if impl != "tensor":
+    if impl != "tensor" and not (device_cu_seqlens and cu_seqlens is not None):
         why = _pro_unsupported(q, k, v, chunk_size, backend, cube_dtype)
         if why is None:
             return _run_pro(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
@@ -222,7 +271,8 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
             _fail(f"impl='pro' does not support this call: {why}")
     return _run_rule("chunk", q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
                      use_qk_l2norm_in_kernel, backend, per_head,
-                     (chunk_size, None if cube_dtype is None else pypto.dtypes.to_dtype(cube_dtype)), jit_options)
+                     (chunk_size, None if cube_dtype is None else pypto.dtypes.to_dtype(cube_dtype)), jit_options,
+                     device_cu_seqlens)
 
 
 _PRO_BACKENDS = ("sim", "cpu")
@@ -261,11 +311,12 @@ def fused_recurrent_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.
                                      initial_state: Optional[torch.Tensor] = None, output_final_state: bool = False,
                                      cu_seqlens: Optional[torch.Tensor] = None,
                                      use_qk_l2norm_in_kernel: bool = False, *, backend: Optional[str] = None,
-                                     per_head: Optional[bool] = None, jit_options: Optional[dict] = None):
+                                     per_head: Optional[bool] = None, jit_options: Optional[dict] = None,
+                                     device_cu_seqlens: bool = False):
     """Token-by-token gated delta rule (decode); same arguments and results as
     ``chunk_gated_delta_rule`` (without chunk_size)."""
     return _run_rule("recurrent", q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
-                     use_qk_l2norm_in_kernel, backend, per_head, (), jit_options)
+                     use_qk_l2norm_in_kernel, backend, per_head, (), jit_options, device_cu_seqlens)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import math
 import sympy
 import torch
 
-from ...errors import DTypeError, PyptoError, ShapeError
+from ...errors import DTypeError, PyptoError, ShapeError, SymbolicError
 from ...symbolic import evaluate
 from .exprs import compile_tuple
 
@@ -33,7 +33,7 @@ class GMBuffers:
                 raise PyptoError(f"argument '{name}' is not a buffer of the program "
                                  f"(buffers: {', '.join(graph.buffers)})")
         self.shapes = shapes if shapes is not None else \
-            {n: tuple(evaluate(d, env) for d in b.shape) for n, b in graph.buffers.items()}
+            {n: _shape(graph, n, b, env) for n, b in graph.buffers.items()}
         self.itemsize = {n: b.dtype.itemsize for n, b in graph.buffers.items()}
         self.tensors: dict = {}         # base buffers and views at a fixed offset
         self.copy_back: list = []
@@ -123,6 +123,22 @@ class GMBuffers:
             return shape
         raw = self.tensors[base].reshape(-1).view(torch.uint8)
         return raw[off:off + n].view(self.graph.buffers[name].dtype.torch_dtype).view(shape)
+
+
+def _shape(graph, name, b, env) -> tuple:
+    try:
+        return tuple(evaluate(d, env) for d in b.shape)
+    except SymbolicError:
+        reads = getattr(graph, "scalar_reads", None) or {}
+        names = {s.name for d in b.shape if isinstance(d, sympy.Basic) for s in d.free_symbols}
+        hit = next((reads[n] for n in sorted(names) if n in reads), None)
+        if hit is None:
+            raise
+        raise PyptoError(f"buffer '{name}' has shape {list(b.shape)}, which depends on a value read from "
+                         f"'{hit.buffer}' while the program runs (pypto.item); GM buffers are allocated before "
+                         "the control program runs", loc=hit.loc,
+                         hint="size intermediate tensors by run-time sizes (a shape or a static bound) and use "
+                              "the data scalar in loop bounds, view offsets and valid shapes") from None
 
 
 def _allocate(shape, dtype, poison: bool) -> torch.Tensor:
