@@ -389,19 +389,23 @@ _CACHE_SIZE = 256
 
 
 def _fingerprint(block: Block) -> tuple:
-    """Cheap identity of a Block's contents: its statement, operand and tile objects (an edit replaces some)."""
-    stmts = tuple((id(s), tuple(map(id, getattr(s, "operands", ()))), id(getattr(s, "attrs", None)))
+    """A Block's contents, compared by value (==, identical objects at once): its statements with a copy
+    of their operands and attrs, its tiles' figures, its GM parameters. It holds the objects themselves,
+    not their id()s: an id is reused once its object is freed, so an edit that freed a valid shape or an
+    operand and made a new one at the same address looked unchanged."""
+    stmts = tuple((s, tuple(getattr(s, "operands", ())), dict(getattr(s, "attrs", None) or {}))
                   for s in walk(block.body))
-    tiles = tuple((t.name, t.space, t.dtype.name, t.shape, t.addr, id(t.valid)) for t in block.tiles)
-    return (stmts, tiles, len(block.body), tuple(map(id, block.gm_params)))
+    tiles = tuple((t.name, t.space, t.dtype.name, t.shape, t.addr, t.valid) for t in block.tiles)
+    return (stmts, tiles, len(block.body), tuple(block.gm_params))
 
 
 def compile_block(block: Block, spec) -> CompiledBlock:
-    """Compiled once per Block and machine; a Block edited since (its text changed) is compiled again."""
+    """Compiled once per Block and machine; a Block edited since (its contents changed) is compiled again.
+    The cache's CompiledBlock holds its Block and spec, so the id()s of the key stay theirs while cached."""
     key = (id(block), id(spec))
     text = _fingerprint(block)
     hit = _CACHE.get(key)
-    if hit is not None and hit[0] == text:
+    if hit is not None and hit[1].block is block and hit[1].spec is spec and hit[0] == text:
         return hit[1]
     cb = CompiledBlock(block, spec)
     if len(_CACHE) >= _CACHE_SIZE:
