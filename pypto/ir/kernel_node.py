@@ -41,7 +41,7 @@ class KernelBuild:
 class KernelNode:
     """The interface a front end's kernel call implements (see the module docstring). ``params``: the
     kernel's tensor params in node-input order; ``outputs``: those it writes, in result order; ``level``:
-    "pro" or "tile" (for the report)."""
+    "pro" or "tile" (the report's decisions name it)."""
     name: str = "kernel"
     level: str = "kernel"
     params: tuple = ()
@@ -67,3 +67,4 @@ class KernelCall:
     build: KernelBuild
     gm_args: dict
     loc: SourceLoc | None = None
+    level: str = "kernel"             # KernelNode.level: "pro" | "tile"

@@ -21,6 +21,7 @@ from ..ir.kernel_node import KernelCall
 from . import storage as st
 
 PREBUILT = "prebuilt"          # Kernel.attrs key: compiled by its front end, nothing more to do
+_FRONT_ENDS = {"pro": "pl.jit", "tile": "pt.kernel"}
 
 
 def node_of(g, n):
@@ -72,7 +73,7 @@ def emit(body, n) -> None:
     for p, shape, dtype, base in build.views:
         b = body.scope.buffers[gm_args[base]]
         gm_args[p] = body.scope.add_buffer(f"{node.name}_{p}", shape, dtype, "workspace", view_of=b.name).name
-    body.items.append(KernelCall(node.name, build, gm_args, gnode["loc"]))
+    body.items.append(KernelCall(node.name, build, gm_args, gnode["loc"], node.level))
 
 
 def result(body, n) -> None:
@@ -98,7 +99,12 @@ def lower_call(call: KernelCall, kernels: dict) -> Task:
             name = f"{source.name}_{k}"
         kernel = copy.copy(source)
         kernel.name = name
-        kernel.attrs = {**source.attrs, PREBUILT: True, "_source": source}
+        where = f" at {call.loc}" if call.loc else ""
+        front = _FRONT_ENDS.get(call.level, call.level)
+        decisions = {**source.attrs.get("decisions", {}),
+                     "hint": f"a {front} kernel called as a graph node{where}: its tiles, buffers and pipelining "
+                             "are its own"}
+        kernel.attrs = {**source.attrs, PREBUILT: True, "_source": source, "decisions": decisions}
         kernels[name] = kernel
     return Task(kernel.name, dict(call.gm_args), dict(call.build.scalars), call.build.block_dim, None, None,
                 call.loc, call.name)
