@@ -187,3 +187,20 @@ def test_scale_is_applied():
     out = pypto.jit(f, backend="sim")(q, k, v)
     _check(out, q, k, v, "fp32", scale=0.3)
     assert list(_kinds().values()) == ["flash"]
+
+
+def test_causal_tasks_longest_first_over_the_clusters():
+    """48 causal tasks on 24 clusters: the longest-first snake order (decisions' task order) stays exact."""
+    q, k, v = _inputs((24, 256, 32), (24, 300, 32), "fp16", seed=7)
+    out = pypto.jit(_sdpa(True), backend="sim")(q, k, v)
+    _check(out, q, k, v, "fp16", causal=True)
+    d = next(iter(pypto.last_report().decisions.values()))
+    assert d["form"] == "flash" and d["task order"].startswith("longest first")
+
+
+def test_decode_shaped_attention_keeps_the_separate_kernels():
+    q, k, v = _inputs((4, 1, 64), (4, 300, 64), "fp16")
+    out = pypto.jit(_sdpa(False), backend="sim")(q, k, v)
+    _check(out, q, k, v, "fp16")
+    why = [d["flash"] for d in pypto.last_report().decisions.values() if "flash" in d]
+    assert "flash" not in _kinds().values() and why and "decode-shaped" in why[0]
