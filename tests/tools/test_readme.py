@@ -36,6 +36,16 @@ def _check_example(ns):
     out = torch.empty_like(x)
     ns["scale_rows"](x, out)
     torch.testing.assert_close(out, x * 2.0 + 1.0)
+    for cu in ([0, 5, 5, 100], [0, 41, 73]):                    # an empty sequence, lengths across the branch
+        cu = torch.tensor(cu, dtype=torch.int32)
+        x = torch.randn(int(cu[-1]) + 2, 128)
+        out = torch.zeros_like(x)
+        ns["varlen_scale"](cu, x, out)
+        want = torch.zeros_like(x)
+        for s, e in zip(cu[:-1].tolist(), cu[1:].tolist()):
+            want[s:e] = x[s:e] * (0.5 if e - s > 40 else 2.0)
+        torch.testing.assert_close(out, want)
+    assert ns["varlen_scale"].trace_count == 1
 
 
 def _check_torch_compile(ns):
