@@ -188,3 +188,21 @@ def test_dynamic_dim_where_the_kernel_is_static_names_the_call():
         pypto.jit(f, backend="reference")(torch.randn(64, 256), torch.randn(256))
     assert "run-time size" in str(e.value) and "static" in str(e.value)
     assert e.value.loc.line == _line_of(f, "static_ln[(4,)]")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pl_kernel_inside_a_loop(backend):
+    """A node in a pypto.loop body: one task per iteration, each reading the previous iteration's result."""
+    def f(x: pypto.Tensor[[pypto.DYNAMIC, 128], pypto.float32], y: pypto.Tensor[[pypto.DYNAMIC, 128], pypto.float32]):
+        acc = x * 1.0
+        for _ in pypto.loop(3):
+            nxt = pypto.zeros(x.shape[0], 128)
+            axpy[None, 2](acc, y, nxt, DT=pl.DT_FP32)
+            acc[:, :] = nxt
+        return acc
+    gen = torch.Generator().manual_seed(2)
+    x, y = torch.randn(100, 128, generator=gen), torch.randn(100, 128, generator=gen)
+    want = x.clone()
+    for _ in range(3):
+        want = 2 * want + y
+    assert _rel(pypto.jit(f, backend=backend)(x, y), want) <= 1e-6
