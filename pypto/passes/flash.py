@@ -345,11 +345,19 @@ def lower_flash(p: TileProgram, machine):
         name = c.tile(f"c_{kind}{k}_{count[key]}", space, dtype, shape, valid, f"{kind}{k}")
         return name
 
+    def block_kv(jj):
+        """Keys of block jj the task reads: the keys' tail, and with a causal-like mask the last key any of the
+        task's rows keeps (the columns past it are masked for every row: not computed, not read)."""
+        kv = sympy.Min(bk, S - jj * bk)
+        if diag is not None and skip:
+            kv = sympy.Min(kv, q0 + mq + diag - jj * bk)
+        return kv
+
     def sub_kv(jj, sc):
-        return sympy.Min(ck, S - jj * bk - sc * ck)
+        return sympy.Min(ck, block_kv(jj) - sc * ck)
 
     def sub_cond(jj, sc):        # the subtile holds a key (a block's tail may end in its first subtile)
-        return sympy.true if sc == 0 else sympy.Gt(S - jj * bk - sc * ck, 0)
+        return sympy.true if sc == 0 else sympy.Gt(block_kv(jj) - sc * ck, 0)
 
     def qk(jj, u):
         out = []
@@ -419,7 +427,7 @@ def lower_flash(p: TileProgram, machine):
     neg = -6.0e4 if math16 else NEG                   # added to masked scores: inside the element type's range
 
     def softmax(jj, u):
-        kv = sympy.Min(bk, S - jj * bk)
+        kv = block_kv(jj)
         if sdt == f32 or math16:
             s = s_in = vx.tile(f"v_s{u}", MemSpace.UB, mdt, (half, bk), (rv, kv), f"s{u % 2}")
         else:                                   # narrow scores: loaded double-buffered, widened once

@@ -97,15 +97,15 @@ def test_one_cluster_kernel_and_its_decisions():
 
 
 def test_masked_key_blocks_are_skipped():
-    """Causal at 512 x 512 (fp16: 128-row query blocks, 256-key blocks): query blocks 0, 1 run key block 0 only,
-    blocks 2, 3 key blocks 0 and 1 (6 of 8); static_masks=False runs all 8."""
+    """Causal at 512 x 512 (fp16: 128-row query blocks, 256-key blocks of two 128-key cube subtiles): query block i
+    runs the subtiles up to its last row only, i + 1 of them (10 of 16); static_masks=False runs all 16."""
     q, k, v = _inputs((1, 512, 128), (1, 512, 128), "fp16")
     flops = {}
     for sm in (True, False):
         graph = lower(pypto.jit(_sdpa(True), backend="reference").trace(q, k, v), static_masks=sm)
         flops[sm] = sim.run(graph, dict(zip(graph.inputs, (q, k, v))), {}, timing_only=True)[1].cube_flops
-    block = 2 * 2 * 128 * 256 * 128
-    assert flops[False] == 8 * block and flops[True] == 6 * block
+    subtile = 2 * 2 * 128 * 128 * 128
+    assert flops[False] == 16 * subtile and flops[True] == 10 * subtile
 
 
 def test_hand_written_attention_is_flash():
