@@ -3,6 +3,7 @@ them): pt.sum / amax / amin / prod(x, dim), pt.eq ... ge, pt.expand and every on
 the registry compute what torch does; the old spellings (rowsum ... colmin, compare, broadcast_to) still work,
 give the same result and warn once per name (PyptoDeprecationWarning at the user's line) naming the new one;
 a name pypto.tile does not have is an error at the user's line."""
+import importlib
 import inspect
 import warnings
 
@@ -126,6 +127,9 @@ def test_the_tile_op_table_is_read_from_the_registry():
     assert all(n in REGISTRY and callable(getattr(pt, n)) for n in optable.REDUCTIONS)
     for old in api.DEPRECATED:                # kept working, but not the names pypto.tile offers
         assert old not in pt.__all__ and callable(getattr(pt, old))
+    # pt.expand stays the op although the lowering module pypto/tile/expand.py has its name
+    lowering = importlib.import_module("pypto.tile.expand")
+    assert callable(lowering.lower_tile_graph) and pt.expand is api.expand
 
 
 def _old_names(X, Y, O1, O2, O3):
