@@ -5,8 +5,9 @@ roofline of the algorithm:
 
 (the FLOPs the algorithm needs, not what the kernels did: causal SDPA counts the unmasked half, the
 GDN kernel the formula of bench_gdn.py). Rows: rms_norm [8192, 4096] fp16; the LLaMA MLP (rms_norm,
-gate/up 2048 -> 5632, silu * up, down, residual) at 4096 tokens fp16; SDPA [3, 4096, 128] fp16 and
-the same causal before and after compile-time masks skip masked work (QK^T / P @ V tiles, softmax columns: passes/static_masks.py;
+gate/up 2048 -> 5632, silu * up, down, residual) at 4096 tokens fp16; SDPA [3, 4096, 128] fp16 (one cube<->vector
+cluster kernel in flash form, passes/flash.py; "flash off" lowers with flash=False: separate cube and vector tasks
+meeting in GM, as before that pass) and the same causal before and after compile-time masks skip masked work (QK^T / P @ V tiles, softmax columns: passes/static_masks.py;
 "before" lowers with static_masks=False); the Tensor-level GDN chunk kernel (models.qwen3_next, impl="tensor") at T=1024,
 H16, HV32, K=V=128 (and its per-head layout, a loop over heads around each head's chunk recurrence,
 at T=256); decode-shaped attention (one query row per head over 4096 keys: [32, 1, 128] x
@@ -122,6 +123,7 @@ def cases(quick: bool):
     q = z(3, 4096, 128, dtype=F16)
     attn = 2 * 2 * 3 * 4096 * 4096 * 128                   # QK^T and PV
     out.append(("SDPA [3, 4096, 128] fp16", sdpa, (q, q, q), attn, _nbytes(q, q, q, q), {}))
+    out.append(("SDPA [3, 4096, 128] fp16 (flash off)", sdpa, (q, q, q), attn, _nbytes(q, q, q, q), {"flash": False}))
     for sm in (False, True):
         out.append((f"SDPA [3, 4096, 128] fp16 causal ({'after' if sm else 'before'})", sdpa_causal, (q, q, q),
                     attn / 2, _nbytes(q, q, q, q), {"static_masks": sm}))
@@ -152,10 +154,10 @@ def roofline_us(machine, cube_flops, nbytes, dtype="float16"):
     return max(t_cube, t_hbm) * 1e6, "cube" if t_cube >= t_hbm else "hbm"
 
 
-def run_program(fn, args, machine, multibuffer=True, static_masks=True):
+def run_program(fn, args, machine, multibuffer=True, static_masks=True, flash=True):
     """(Report, CPU seconds) of one timing-only simulation of ``fn`` traced on ``args``."""
     graph = lower(pypto.jit(fn, backend="reference").trace(*args), machine=machine, multibuffer=multibuffer,
-                  static_masks=static_masks)
+                  static_masks=static_masks, flash=flash)
     cpu0 = time.process_time()
     _, report = sim.run(graph, dict(zip(graph.inputs, args)), {}, machine=machine, timing_only=True)
     return report, time.process_time() - cpu0
