@@ -148,6 +148,13 @@ class _Iteration:
         self.tags: dict = {}            # range -> stage of the data last written there
 
     def stage_of(self, e):
+        if isinstance(e, (sympy.logic.boolalg.BooleanFunction, sympy.core.relational.Relational)):
+            # a condition (t < n, And(...)): the stage of its sides, which must agree
+            parts = e.args if isinstance(e, sympy.logic.boolalg.BooleanFunction) else (e.lhs, e.rhs)
+            found = self.stages(parts)
+            if len(found) > 1:
+                raise _Unprovable
+            return next(iter(found), None)
         if not _mentions_launch(e):
             return 0 if self.t in getattr(e, "free_symbols", ()) else None
         for j in range(1, self.p):

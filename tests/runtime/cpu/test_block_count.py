@@ -43,7 +43,7 @@ def running_sum(rows=8, cols=64, carried=True, param_out="y") -> Kernel:
     return Kernel(f"running_sum_{int(carried)}_{param_out}", [blk])
 
 
-def pipelined_scale(rows=8, cols=64, cross_stage=False) -> Kernel:
+def pipelined_scale(rows=8, cols=64, cross_stage=False, cond_and=False) -> Kernel:
     """y = 2 * x in grid-stride row tiles, two tiles per iteration (t and t + block_num * rows,
     the form a pipeline=2 loop takes). ``cross_stage``: the second tile adds the first one's
     result, which ties the output to the core count."""
@@ -61,11 +61,14 @@ def pipelined_scale(rows=8, cols=64, cross_stage=False) -> Kernel:
         return out + [SetFlag(Pipe.V, Pipe.MTE3, k), WaitFlag(Pipe.V, Pipe.MTE3, k),
                       b("TSTORE", GMRegion("y", (row, 0)), f"x{k}"),
                       SetFlag(Pipe.MTE3, Pipe.MTE2, k), WaitFlag(Pipe.MTE3, Pipe.MTE2, k)]
-    body = stage(0, t) + [If(sympy.Lt(second, M), stage(1, second))]
+    cond = sympy.Lt(second, M)
+    if cond_and:        # a compound condition (an And of relations), as masked kernels have
+        cond = sympy.And(cond, sympy.Lt(second, M + rows))
+    body = stage(0, t) + [If(cond, stage(1, second))]
     gm = [GMParam("x", F32, (M, cols)), GMParam("y", F32, (M, cols))]
     loop = For(t, BLOCK_IDX * rows, M, 2 * BLOCK_NUM * rows, body, {"pipeline": 2})
     blk = Block("pipelined_scale", CoreType.AIV, gm, [], list(b.tiles.values()), [loop])
-    return Kernel(f"pipelined_scale_{int(cross_stage)}", [blk])
+    return Kernel(f"pipelined_scale_{int(cross_stage)}{'_and' * cond_and}", [blk])
 
 
 def test_grid_stride_kernels_are_block_count_free():
@@ -73,6 +76,8 @@ def test_grid_stride_kernels_are_block_count_free():
     assert block_count_free(ck.rms_norm(BF16))        # prologue load of w, read in the loop
     assert block_count_free(running_sum(carried=False))
     assert block_count_free(pipelined_scale())
+    assert block_count_free(pipelined_scale(cond_and=True))     # was AttributeError: 'And' ... 'expand'
+    assert not block_count_free(pipelined_scale(cross_stage=True, cond_and=True))
     assert cores_to_run(ck.softmax_rows(F32), 48, threads=2) == 4
     assert cores_to_run(ck.softmax_rows(F32), 3, threads=2) == 3
 
@@ -113,6 +118,9 @@ def test_pipelined_kernels_on_fewer_cores():
     x = torch.randn(8 * 61 + 3, 64)
     y = torch.full_like(x, float("nan"))
     cpu.run_kernel(pipelined_scale(), {"x": x, "y": y}, block_dim=48, threads=2)
+    assert torch.equal(y, x * 2)
+    y = torch.full_like(x, float("nan"))
+    cpu.run_kernel(pipelined_scale(cond_and=True), {"x": x, "y": y}, block_dim=48, threads=2)
     assert torch.equal(y, x * 2)
     y = torch.full_like(x, float("nan"))
     cpu.run_kernel(pipelined_scale(cross_stage=True), {"x": x, "y": y}, block_dim=48, threads=2)
