@@ -1,6 +1,7 @@
 """Gated DeltaNet (Qwen3-Next) benchmark: the pypto kernels against the machine's roofline and torch.
 
-    python benchmarks/bench_gdn.py [--quick] [--skip sim,cpu,compile] [--tensor-lengths 1024] [--png gdn.png]
+    python benchmarks/bench_gdn.py [--quick] [--skip sim,cpu,compile,layer] [--tensor-lengths 1024] [--png gdn.png]
+                                   [--layer-lengths 1024,4096] [--layer-tensor-lengths 1024]
 
 (a) chunk_gated_delta_rule, timing-only simulation of the a2a3 machine at B=1, T=8192 and 32768,
     H=16, HV=32, K=V=128, bf16: simulated time vs the roofline bound, for the Professional-mode
@@ -11,6 +12,13 @@
 (b) the cpu backend (generated C++; pro and tensor impls) vs torch eager running the same chunked algorithm
     (reference.chunk_gated_delta_rule_ref) on this CPU at B=1, T=4096, H=4, HV=8, K=V=128, fp32.
 (c) compile time of the full-size layer (trace + lowering), prefill and decode.
+(d) the whole Qwen3NextGatedDeltaNet layer (projections + conv + core + norm + out_proj), default
+    (Qwen3-Next-80B-A3B) config, B=1, bf16, timing-only sim on a2a3: the prefill core as the pl kernel
+    node (impl None, what the layer runs on sim and cpu) at T=4096 (and 1024), and with the Tensor-level
+    kernels (impl="tensor", the layer before kernels could be graph nodes) at T=1024 only (slow to
+    simulate), against the layer's roofline:
+        FLOPs = 2 T hidden (conv_dim + value_dim + 2 HV) + 2 T value_dim hidden + the core's FLOPs (a)
+        bytes = the projection weights, x read and y written (bf16) + the final state written (fp32)
 
 A part whose backend or option is not available yet says so in its table instead of a figure.
 """
@@ -186,6 +194,47 @@ def bench_compile():
         console.print(f"[yellow]lowering not available for the layer yet:[/yellow] {locals().get('lower_missing')}")
 
 
+def layer_roofline(T, cfg, C, machine):
+    hid, HV = cfg.hidden_size, cfg.linear_num_value_heads
+    K, V = cfg.linear_key_head_dim, cfg.linear_value_head_dim
+    proj = 2 * T * hid * (cfg.conv_dim + cfg.value_dim + 2 * HV) + 2 * T * cfg.value_dim * hid
+    flops = proj + T * HV * (10 * C * K + 6 * K * V)
+    weights = 2 * hid * (cfg.conv_dim + cfg.value_dim + 2 * HV) + 2 * cfg.value_dim * hid
+    nbytes = weights + 2 * 2 * T * hid + HV * K * V * 4
+    t_flops = flops / machine.peak_cube_flops("bfloat16")
+    t_bytes = nbytes / machine.memory["hbm_bytes_per_s"]
+    return flops, nbytes, max(t_flops, t_bytes) * 1e6, "cube" if t_flops >= t_bytes else "hbm"
+
+
+def bench_layer(lengths=(1024, 4096), tensor_lengths=(1024,), C=64):
+    machine = pypto.load_machine("a2a3")
+    cfg = Qwen3NextGDNConfig()
+    table = Table(title="(d) the whole GDN layer, prefill, timing-only sim on a2a3 (default config, B=1, bf16)")
+    for col in ("prefill core", "T", "GFLOP", "min MB", "roofline us", "bound by", "simulated us", "fraction",
+                "sim cpu s"):
+        table.add_column(col, justify="right" if col != "prefill core" else "left")
+    runs = [(None, T) for T in lengths] + [("tensor", T) for T in tensor_lengths]
+    for impl, T in runs:
+        flops, nbytes, bound_us, by = layer_roofline(T, cfg, C, machine)
+        row = [str(T), f"{flops / 1e9:.1f}", f"{nbytes / 1e6:.0f}", f"{bound_us:.1f}", by]
+        name = "Tensor-level kernels (impl='tensor')"
+        try:
+            layer = Qwen3NextGatedDeltaNet(cfg, dtype=torch.bfloat16, chunk_size=C, impl=impl).compile(
+                backend="sim", machine="a2a3", timing_only=True)
+            t0 = time.process_time()
+            layer(torch.zeros(1, T, cfg.hidden_size, dtype=torch.bfloat16))
+            cpu_s = time.process_time() - t0
+            if impl is None:
+                how, why_not = layer.core_impl
+                name = "pl kernel node (default)" if how == "pro" else f"Tensor-level (fallback: {why_not})"
+            sim_us = pypto.last_report().time_us
+            row += [f"{sim_us:.1f}", f"{bound_us / sim_us:.4f}", f"{cpu_s:.1f}"]
+        except Exception as e:  # noqa: BLE001 - the table says why
+            row += ["unavailable", "-", why(e)]
+        table.add_row(name, *row)
+    console.print(table)
+
+
 def _count_nodes(graph) -> int:
     n = 0
     for nid in graph.nodes():
@@ -199,7 +248,11 @@ def _count_nodes(graph) -> int:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="(a) at T=8192 only, (b) at T=1024")
-    p.add_argument("--skip", default="", help="comma-separated parts to skip: sim, cpu, compile")
+    p.add_argument("--skip", default="", help="comma-separated parts to skip: sim, cpu, compile, layer")
+    p.add_argument("--layer-lengths", default="1024,4096", help="(d): comma-separated T of the layer with its "
+                   "default core (the pl kernel node)")
+    p.add_argument("--layer-tensor-lengths", default="1024", help="(d): comma-separated T of the layer with the "
+                   "Tensor-level core ('' for none)")
     p.add_argument("--tensor-lengths", default="1024",
                    help="(a): comma-separated T at which the Tensor-level kernels are simulated too ('' for none)")
     p.add_argument("--png", default=None, help="(a): save a roofline chart of the runs here (needs pypto[plot])")
@@ -212,6 +265,9 @@ def main(argv=None):
         bench_cpu(T=1024 if args.quick else 4096)
     if "compile" not in skip:
         bench_compile()
+    if "layer" not in skip:
+        ints = lambda text: tuple(int(t) for t in text.split(",") if t)  # noqa: E731
+        bench_layer(ints(args.layer_lengths) if not args.quick else (1024,), ints(args.layer_tensor_lengths))
 
 
 if __name__ == "__main__":
