@@ -115,6 +115,7 @@ class _Piece:
     def __init__(self, mapping: dict, rename: dict, offset, steady: bool):
         self.mapping, self.rename, self.offset, self.steady = mapping, rename, offset, steady
         self.marks: dict = {}
+        self.memo: dict = {}           # expression -> substituted (copies share most expressions)
 
 
 class _Pipeliner:
@@ -335,7 +336,7 @@ class _Pipeliner:
             base = by_name.get(t)
             if base is None:
                 raise CompileError(f"software pipelining: tile {t} is not declared", loc=self.block.loc)
-            valid = None if base.valid is None else tuple(_sx(self.subs, v, pc.mapping) for v in base.valid)
+            valid = None if base.valid is None else tuple(self.sx(v, pc) for v in base.valid)
             if valid is not None and tuple(valid) == tuple(base.shape):
                 valid = None
             buf = pc.rename.get(base.buffer, base.buffer) if base.buffer else None
@@ -359,6 +360,14 @@ class _Pipeliner:
         for t in local:
             self.made.pop(t, None)
 
+    def sx(self, e, pc: _Piece):
+        if not isinstance(e, sympy.Basic):
+            return e
+        r = pc.memo.get(e)
+        if r is None:
+            r = pc.memo[e] = _sx(self.subs, e, pc.mapping)
+        return r
+
     # ------------------------------------------------------------------ copying statements
     def copy(self, stmts: list, pc: _Piece, var, start) -> list:
         out = []
@@ -367,18 +376,18 @@ class _Pipeliner:
                 out.append(self.copy_instr(s, pc))
             elif isinstance(s, For):
                 attrs = {k: v for k, v in s.attrs.items() if k != "stage"}
-                out.append(For(s.var, _sx(self.subs, s.start, pc.mapping), _sx(self.subs, s.stop, pc.mapping),
-                               _sx(self.subs, s.step, pc.mapping), self.copy(s.body, pc, var, start), attrs, s.loc))
+                out.append(For(s.var, self.sx(s.start, pc), self.sx(s.stop, pc),
+                               self.sx(s.step, pc), self.copy(s.body, pc, var, start), attrs, s.loc))
             elif isinstance(s, If):
                 if s.else_body:
                     if pc.steady and _first_iteration_test(s.cond, var, start) and \
                             sympy.sympify(pc.offset).is_positive:
                         out += self.copy(s.else_body, pc, var, start)
                         continue
-                    out.append(If(_sx(self.subs, s.cond, pc.mapping), self.copy(s.then_body, pc, var, start),
+                    out.append(If(self.sx(s.cond, pc), self.copy(s.then_body, pc, var, start),
                                   self.copy(s.else_body, pc, var, start), s.loc))
                     continue
-                cond = _sx(self.subs, s.cond, pc.mapping)
+                cond = self.sx(s.cond, pc)
                 d = _decided(cond)
                 if d is False:
                     continue
@@ -397,9 +406,9 @@ class _Pipeliner:
             if isinstance(o, str):
                 ops.append(pc.rename.get(o, o))
             elif isinstance(o, GMRegion):
-                ops.append(GMRegion(o.param, tuple(_sx(self.subs, x, pc.mapping) for x in o.offsets), o.clipped))
+                ops.append(GMRegion(o.param, tuple(self.sx(x, pc) for x in o.offsets), o.clipped))
             else:
-                ops.append(_sx(self.subs, o, pc.mapping))
+                ops.append(self.sx(o, pc))
         attrs = {}
         for k, v in ins.attrs.items():
             if k == "stage":

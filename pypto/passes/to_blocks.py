@@ -25,6 +25,7 @@ from ..ir.block import (BLOCK_IDX, BLOCK_NUM, Block, CoreType, For, GMParam, GMR
 from ..ir.tile_graph import LOWERING_ATTRS, GMTile, TileOp, TileProgram
 from .cross_core import HANDOFF
 from .exprs import subs as fast_subs
+from .software_pipeline import software_pipeline
 
 
 def _sx(v, m):
@@ -90,6 +91,23 @@ def _total(axes):
     return sym.simplify(n) if not isinstance(n, int) else n
 
 
+def _ping_pong(block: Block, made: dict, regions: dict) -> None:
+    """The ping-pong copies' memory regions (``outer<copy>`` / ``inner<copy>``: copies never share bytes) and
+    the declaration order the planner has always seen: setup, per-tile, per-step tiles, the second copy's
+    before the first's."""
+    for name, (root, path) in made.items():
+        regions[name] = f"inner{path[1:]}" if path.startswith("s") else f"outer{path}"
+        regions.pop(root, None)
+    rank = {"setup": 0}
+    order = {t.name: k for k, t in enumerate(block.tiles)}
+
+    def key(t):
+        root, path = made.get(t.name, (t.name, ""))
+        reg = regions.get(t.name, "")
+        return (rank.get(reg, 1 if reg.startswith("outer") else 2), -int(path[-1]) if path else 0, order[t.name])
+    block.tiles.sort(key=key)
+
+
 def lower_program(p: TileProgram, machine, core: CoreType = CoreType.AIV):
     """-> (Kernel, block_dim expr, regions {tile: region}) for one tile program."""
     par = p.parallel_axes()
@@ -137,74 +155,45 @@ def lower_program(p: TileProgram, machine, core: CoreType = CoreType.AIV):
                 out.append(ins)
         return out
 
-    phase_of = {tv.name: tv.phase for tv in p.tiles.values()}
-
-    def rename_for(phases, suffix):
-        return {n: f"{n}_{suffix}" for n, ph in phase_of.items() if ph in phases}
 
     # setup: once per core
     setup_copy = Copy({a.index: 0 for a in p.axes if isinstance(a.count, int) and a.count == 1}, {})
     declare(setup_copy, lambda tv: "setup")
-    body = []
-    # the per-tile body for a linear tile number expression
     t_var = sympy.Symbol("t", integer=True, nonnegative=True)
 
-    def tile_body(t_expr, outer_suffix):
-        subs = _linear_indices(par, t_expr)
-        ren = rename_for(("pre", "post"), outer_suffix) if outer_suffix is not None else {}
-        copy = Copy(subs, ren)
-        stmts = []
-        # declare per-tile tiles of this copy (step tiles are declared per inner copy)
+    def declare_phase(phases, subs, region):
         for tv in p.tiles.values():
-            if tv.phase in ("pre", "post"):
-                name = ren.get(tv.name, tv.name)
-                if name not in tiles:
-                    valid = tuple(_sx(v, subs) for v in tv.valid)
-                    tiles[name] = TileDecl(name, tv.space, tv.dtype, tuple(tv.shape), None,
-                                           None if valid == tuple(tv.shape) else valid)
-                    regions[name] = f"outer{outer_suffix}" if outer_suffix is not None else "outer"
-        stmts += emit_ops(by_phase["pre"], copy)
+            if tv.phase in phases and tv.name not in tiles:
+                valid = tuple(_sx(v, subs) for v in tv.valid)
+                tiles[tv.name] = TileDecl(tv.name, tv.space, tv.dtype, tuple(tv.shape), None,
+                                          None if valid == tuple(tv.shape) else valid)
+                regions[tv.name] = region
+
+    def tile_body(t_expr):
+        """The per-tile body, once: the software-pipelining pass makes the ping-pong copies."""
+        subs = _linear_indices(par, t_expr)
+        copy = Copy(subs, {})
+        declare_phase(("pre", "post"), subs, "outer")
+        stmts = emit_ops(by_phase["pre"], copy)
         if seq is not None:
             k_var = sympy.Symbol("k", integer=True, nonnegative=True)
-
-            def step_copy(k_expr, j):
-                sub2 = dict(subs)
-                sub2[seq.index] = k_expr
-                ren2 = dict(ren)
-                if pingpong_inner:
-                    ren2.update(rename_for(("step",), f"s{j}"))
-                c2 = Copy(sub2, ren2)
-                for tv in p.tiles.values():
-                    if tv.phase == "step":
-                        name = ren2.get(tv.name, tv.name)
-                        if name not in tiles:
-                            valid = tuple(_sx(v, sub2) for v in tv.valid)
-                            tiles[name] = TileDecl(name, tv.space, tv.dtype, tuple(tv.shape), None,
-                                                   None if valid == tuple(tv.shape) else valid)
-                            regions[name] = f"inner{j}"
-                return emit_ops(by_phase["step"], c2)
-            nk = _sx(seq.count, subs)
-            if pingpong_inner:
-                second = step_copy(k_var + 1, 1)
-                loop_body = step_copy(k_var, 0) + [If(sympy.Lt(k_var + 1, nk), second)]
-                stmts.append(For(k_var, 0, nk, 2, loop_body, {"pipeline": 2}))
-            else:
-                stmts.append(For(k_var, 0, nk, 1, step_copy(k_var, 0)))
+            sub2 = dict(subs)
+            sub2[seq.index] = k_var
+            declare_phase(("step",), sub2, "inner0")
+            mark = {"unroll": 2, "tail": "guard", "names": ("s0", "s1")} if pingpong_inner else {}
+            stmts.append(For(k_var, 0, _sx(seq.count, subs), 1, emit_ops(by_phase["step"], Copy(sub2, {})), mark))
         stmts += emit_ops(by_phase["post"], copy)
         return stmts
 
     if one_each:
-        loop = tile_body(BLOCK_IDX if n_par != 1 else sympy.Integer(0), None)
-    elif pingpong_outer:
-        second = tile_body(t_var + BLOCK_NUM, 1)
-        first = tile_body(t_var, 0)
-        loop = [For(t_var, BLOCK_IDX, n_par, 2 * BLOCK_NUM, first + [If(sympy.Lt(t_var + BLOCK_NUM, n_par), second)],
-                    {"pipeline": 2})]
+        loop = tile_body(BLOCK_IDX if n_par != 1 else sympy.Integer(0))
     else:
-        loop = [For(t_var, BLOCK_IDX, n_par, BLOCK_NUM, tile_body(t_var, None))]
+        mark = {"unroll": 2, "tail": "guard", "names": ("0", "1")} if pingpong_outer else {}
+        loop = [For(t_var, BLOCK_IDX, n_par, BLOCK_NUM, tile_body(t_var), mark)]
     body = emit_ops(by_phase["setup"], setup_copy) + loop
     gm = [GMParam(q.name, q.dtype, tuple(q.shape)) for q in p.params]
     block = Block(p.name, core, gm, [], list(tiles.values()), body, p.loc)
+    _ping_pong(block, software_pipeline(block), regions)
     kernel = Kernel(p.name, [block], p.loc)
     kernel.attrs["decisions"] = {
         "kind": p.kind, "tile_source": p.attrs.get("tile_source", "chooser"),
