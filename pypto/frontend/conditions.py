@@ -15,9 +15,12 @@ function's own body:
   * ``while`` / ``assert`` tests and the tests of an ``if`` whose sides hold ``return`` / ``break`` /
     ``continue`` / ``yield`` / ``global`` / ``nonlocal`` become ``control.static_bool``: decided at trace
     time or an error at the user's line.
-Helpers the jit function calls are not rewritten (their conditions on run-time values must use
-``pypto.cond``); a function whose source Python cannot show (made by ``exec``) is traced as written,
-with sympy's truth-value error still turned into a pypto error at the user's line.
+  * a call ``f(...)`` becomes ``call(f, ...)``: a Python function (or method) of the user's own files is
+    called rewritten the same way, so helpers branch like the jit function (pypto's, torch's and other
+    libraries' functions run as they are).
+A function whose source Python cannot show (made by ``exec``, a lambda) or that uses ``super()`` runs as
+written, with sympy's truth-value error still turned into a pypto error at the user's line; there a
+bare ``i == 0`` on a loop index stays Python's structural comparison.
 Line numbers and file stay the user's (errors name them); closures and globals stay the function's own.
 """
 from __future__ import annotations
@@ -29,12 +32,15 @@ import textwrap
 import types
 import weakref
 
-from ..errors import PyptoError, raising_user_location
+from ..errors import PyptoError, _is_internal, raising_user_location
 from . import control
 
 _HELPER = "_pypto_ctl_"
 _CMP_OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
 _cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_helpers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# calls left as they are: they read the calling frame
+_DIRECT = ("super", "locals", "globals", "vars", "eval", "exec", "dir")
 
 
 def _call(attr, args, like):
@@ -78,6 +84,15 @@ class _Escapes(ast.NodeVisitor):
         pass                                   # a nested function's return is its own
 
     visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
+
+
+def _escapes_but_return(stmts) -> bool:
+    """Whether statements leave their block other than by falling through or returning."""
+    v = _Escapes()
+    v.visit_Return = lambda node: None
+    for st in stmts:
+        v.visit(st)
+    return v.found
 
 
 def _escapes(stmts) -> bool:
@@ -151,6 +166,14 @@ class _Rewrite(ast.NodeTransformer):
             return _call("bool_not", [node.operand], node)
         return node
 
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id in _DIRECT:
+            return node
+        call = ast.Call(ast.Attribute(ast.Name(_HELPER, ast.Load()), "call", ast.Load()),
+                        [node.func, *node.args], node.keywords)
+        return ast.copy_location(call, node)
+
     def visit_IfExp(self, node):
         self.generic_visit(node)
         return _call("if_exp", [node.test, _lambda(node.body, node.body), _lambda(node.orelse, node.orelse)], node)
@@ -170,8 +193,42 @@ class _Rewrite(ast.NodeTransformer):
         return node
 
     def visit_FunctionDef(self, node):
+        node.body = self._fold(node.body)
         self.generic_visit(node)
         return node
+
+    def _fold(self, stmts):
+        """A function body's ``if test: ... return a`` followed by more statements, as
+        ``return if_return(test, then, else)`` with the rest of the body as the else side."""
+        for k, st in enumerate(stmts):
+            if not (isinstance(st, ast.If) and st.body and isinstance(st.body[-1], ast.Return)):
+                continue
+            rest = list(st.orelse) + list(stmts[k + 1:])
+            if _escapes_but_return(st.body) or _escapes_but_return(rest):
+                return stmts
+            if not rest or not isinstance(rest[-1], ast.Return):
+                rest.append(ast.copy_location(ast.Return(ast.Constant(None)), st))
+            self.count += 1
+            n = self.count
+            names = _bound(st.body) + [v for v in _bound(rest) if v not in _bound(st.body)]
+            names = [v for v in names if v != _HELPER]
+            args = ast.arguments([], [ast.arg(v) for v in names], None, [], [], None, [])
+            sides = []
+            for label, body in (("then", st.body), ("else", rest)):
+                fn = ast.FunctionDef(f"_pypto_{label}_{n}", args, self._fold(list(body)), [], None)
+                for x in ast.walk(fn):
+                    if not hasattr(x, "lineno"):
+                        ast.copy_location(x, st)
+                sides.append(fn)
+            current = _call("bound", [ast.Call(ast.Name("locals", ast.Load()), [], []),
+                                      ast.Tuple([ast.Constant(v) for v in names], ast.Load())], st.test)
+            call = _call("if_return", [st.test, ast.Name(sides[0].name, ast.Load()),
+                                       ast.Name(sides[1].name, ast.Load()), current], st.test)
+            out = stmts[:k] + sides + [ast.copy_location(ast.Return(call), st.test)]
+            for x in out:
+                ast.fix_missing_locations(x)
+            return out
+        return stmts
 
     def visit_If(self, node):
         self.generic_visit(node)
@@ -233,8 +290,10 @@ def _rewritten(fn):
     compiled = compile(module, code.co_filename, "exec")
     factory_code = next(c for c in compiled.co_consts if isinstance(c, types.CodeType))
     new_code = next(c for c in factory_code.co_consts if isinstance(c, types.CodeType) and c.co_name == fn.__name__)
+    if "__class__" in freevars:
+        return None                            # zero-argument super() needs the class cell of a class body
     cells = dict(zip(freevars, fn.__closure__ or ()))
-    cells[_HELPER] = types.CellType(control)
+    cells[_HELPER] = types.CellType(_NAMESPACE)
     try:
         closure = tuple(cells[n] for n in new_code.co_freevars)
     except KeyError:
@@ -243,6 +302,40 @@ def _rewritten(fn):
     new.__kwdefaults__ = fn.__kwdefaults__
     new.__dict__.update(getattr(fn, "__dict__", {}))
     return new
+
+
+def _helper_version(fn):
+    """A user function as a call inside a rewritten body runs it: rewritten too (cached), or as it is."""
+    try:
+        hit = _helpers.get(fn)
+    except TypeError:
+        return fn
+    if hit is None:
+        hit = fn
+        if not _is_internal(fn.__code__.co_filename):
+            try:
+                hit = _rewritten(fn) or fn
+            except Exception:                  # noqa: BLE001  a rewrite that fails leaves the function as written
+                hit = fn
+        _helpers[fn] = hit
+    return hit
+
+
+def call(f, *args, **kwargs):
+    """``f(*args, **kwargs)`` from a rewritten body (module doc)."""
+    if type(f) is types.FunctionType:
+        f = _helper_version(f)
+    elif type(f) is types.MethodType and type(f.__func__) is types.FunctionType:
+        g = _helper_version(f.__func__)
+        if g is not f.__func__:
+            f = types.MethodType(g, f.__self__)
+    return f(*args, **kwargs)
+
+
+# what a rewritten body calls: control.py's condition helpers and ``call``
+_NAMESPACE = types.SimpleNamespace(**{n: getattr(control, n) for n in (
+    "compare", "bool_and", "bool_or", "bool_not", "if_exp", "if_stmt", "if_return", "static_bool", "bound")},
+    call=call)
 
 
 def traceable(fn):
@@ -254,7 +347,10 @@ def traceable(fn):
         hit = None
     if hit is not None:
         return hit
-    inner = _rewritten(fn) if isinstance(fn, types.FunctionType) else None
+    try:
+        inner = _rewritten(fn) if isinstance(fn, types.FunctionType) else None
+    except Exception:                          # noqa: BLE001  a rewrite that fails leaves the function as written
+        inner = None
     inner = inner or fn
 
     @functools.wraps(fn)

@@ -61,7 +61,7 @@ class loop:
     ``idx_name``) names the index; ``unroll_list`` (CANN) is accepted and recorded as an unused hint."""
 
     def __init__(self, start, stop=None, step=1, name: str | None = None, *, idx_name: str | None = None,
-                 unroll_list=None, **ignored):
+                 unroll_list=None, parallel: bool = False, **ignored):
         self.loc = user_location()
         if ignored:
             raise TypeMismatchError(f"pypto.loop got unexpected keyword argument(s) {', '.join(sorted(ignored))}",
@@ -73,6 +73,9 @@ class loop:
             raise PyptoError(f"pypto.loop step must be positive, found {step}", loc=self.loc)
         self.start, self.stop, self.step = sym.simplify(start), sym.simplify(stop), sym.simplify(step)
         self.name = name or idx_name
+        if parallel:            # CANN's promise that iterations are independent: pypto finds that itself
+            ignored_hints.append((self.loc, "parallel=True: pypto orders a loop's iterations by their "
+                                            "data dependencies (hint ignored)"))
         if unroll_list is not None:
             ignored_hints.append((self.loc, f"unroll_list={list(unroll_list)!r}: pypto does not unroll "
                                             "pypto.loop bodies by a list of factors (hint ignored)"))
@@ -364,6 +367,17 @@ def if_stmt(pred, then_fn, else_fn, before, line=None):
     if c is False:
         return else_fn(*before)
     return _branch(c, (lambda: then_fn(*before), lambda: else_fn(*before)), tuple(before), loc)
+
+
+def if_return(pred, then_fn, else_fn, before):
+    """``if pred: ... return a`` followed by the rest of a function body (``else_fn``): the value returned."""
+    loc = user_location()
+    c = condition(pred, loc)
+    if c is True:
+        return then_fn(*before)
+    if c is False:
+        return else_fn(*before)
+    return _branch(c, (lambda: then_fn(*before), lambda: else_fn(*before)), None, loc)
 
 
 def if_exp(pred, then_fn, else_fn):

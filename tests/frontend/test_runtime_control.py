@@ -241,8 +241,35 @@ def test_item_of_a_written_argument():
     assert e.value.loc.line == line_of(before, "pypto.item(lens, 0)")
 
 
-def _pick(i):
-    return 1 if i < 2 else 0            # a helper outside the jit function is not rewritten: sympy's error
+def _scaled(xv, i):
+    if i == 0:                          # a helper of the user's file: rewritten like the jit function
+        return xv * 3.0                 # (an early return: the rest of the body is the else side)
+    return xv
+
+
+_pick = lambda i: 1 if i < 2 else 0     # noqa: E731  a lambda is not rewritten: sympy's error, at this line
+_PICK_LINE = inspect.currentframe().f_lineno - 1
+
+
+def _first_rows(i, n):
+    return i < n and not i >= 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_helper_functions_branch_like_the_jit_function(backend):
+    @pypto.jit(backend=backend)
+    def f(x: pypto.Tensor[[pypto.DYNAMIC, 16], pypto.float32], out: pypto.Tensor[[pypto.DYNAMIC, 16], pypto.float32]):
+        for i in pypto.loop(x.shape[0]):
+            xv = pypto.view(x, [1, 16], [i, 0])
+            y = xv * 2.0 if _first_rows(i, x.shape[0]) else xv
+            out[i:i + 1, :] = _scaled(y, i)
+    x = torch.randn(4, 16)
+    out = torch.zeros(4, 16)
+    f(x, out)
+    ref = x.clone()
+    ref[:2] *= 2
+    ref[0] *= 3
+    close(out, ref, torch.float32)
 
 
 def _undecidable_forms():
@@ -266,7 +293,7 @@ def _undecidable_forms():
         for i in pypto.loop(x.shape[0]):
             assert i < 2
 
-    def helper_lt(x, out):
+    def lambda_lt(x, out):
         for i in pypto.loop(x.shape[0]):
             out[i:i + 1, :] = pypto.view(x, [1, 4], [i, 0]) * _pick(i)
 
@@ -277,7 +304,7 @@ def _undecidable_forms():
             (while_loop, "while i < 2", PyptoError),
             (if_with_return, "if i == 0", PyptoError),
             (assertion, "assert i < 2", PyptoError),
-            (helper_lt, "return 1 if i < 2 else 0", PyptoError, _pick),
+            (lambda_lt, "_pick = lambda i", PyptoError, _PICK_LINE),
             (data_while, "while pypto.item(lens, 0) > 0", PyptoError)]
 
 
@@ -289,7 +316,8 @@ def test_undecidable_conditions_are_errors_at_the_users_line(form):
         args = (torch.ones(1, dtype=torch.int32),) + args
     with pytest.raises(err) as e:
         pypto.jit(fn, backend="reference")(*args)
-    assert e.value.loc is not None and e.value.loc.line == line_of(where or fn, text), str(e.value)
+    want = where if isinstance(where, int) else line_of(fn, text)
+    assert e.value.loc is not None and e.value.loc.line == want, str(e.value)
 
 
 def test_both_sides_must_agree():
