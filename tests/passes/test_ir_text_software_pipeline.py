@@ -379,3 +379,47 @@ def test_missing_or_mixed_stage_marks_and_bad_marks_are_errors():
     TLOAD  y, x[8*i, 0]
     TSTORE o[0, 0], z
 """)
+
+
+RUN = """
+block k  core=AIV  args(x: gm DT[R, 64], o: gm DT[8, 64])  params(n)
+  symbols n: int>0
+  tile acc : ub DT[8, 64]
+  tile y : ub DT[8, 64]
+  tile z : ub DT[8, 64]
+  TEXPANDS acc, 0.0
+  for i in range(0, n, 1) {MARK}:
+    TLOAD  y, x[8*i, 0] {stage=0}
+    TEXP   z, y {stage=1}
+    TADD   acc, acc, z {stage=1}
+  TSTORE o[0, 0], acc
+"""
+
+
+@pytest.mark.parametrize("mark,dt", [("unroll=3, skew=2", "f32"), ("unroll=2, skew=1", "f16"), ("unroll=2", "f32"),
+                                     ("unroll=3", "f16"), ("unroll=2, tail=guard", "f32")])
+def test_the_pipelined_loop_computes_what_the_loop_computes(mark, dt):
+    """After the pass (and the memory / sync passes), the simulator's result is torch's for every trip count
+    from 1 (fewer than the depth) to 7, one compiled block for all (n is a run-time scalar)."""
+    import torch
+
+    import pypto
+    from pypto.ir.block import Kernel
+    from pypto.passes.memory import plan_memory
+    from pypto.passes.pipe_sync import synchronize
+    from pypto.passes.vector_barriers import insert_barriers
+    from pypto.runtime import sim
+    machine = pypto.get_machine()
+    blk = block(RUN.replace("MARK", mark).replace("DT", dt))
+    software_pipeline(blk)
+    plan_memory(blk, machine)
+    synchronize(blk, machine)
+    insert_barriers(blk)
+    assert sum(1 for t in blk.tiles if t.name.startswith("y_")) >= 2          # multi-buffered
+    tdt = torch.float32 if dt == "f32" else torch.float16
+    for n in range(1, 8):
+        x = torch.randn(8 * n, 64, generator=torch.Generator().manual_seed(n)).to(tdt)
+        out, _ = sim.run_kernel(Kernel("k", [blk]), {"x": x, "o": torch.empty(8, 64, dtype=tdt)}, {"n": n})
+        ref = torch.exp(x.float()).reshape(n, 8, 64).sum(0)
+        tol = 1e-5 if dt == "f32" else 2e-2
+        torch.testing.assert_close(out["o"].float(), ref, rtol=tol, atol=tol)
