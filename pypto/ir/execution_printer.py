@@ -22,9 +22,30 @@ def print_execution_graph(g: ExecutionGraph) -> str:
         pad = "  " * depth
         for it in items:
             if isinstance(it, Loop):
-                lines.append(f"{pad}loop {it.var} in range({it.start}, {it.stop}, {it.step}):")
+                cond = branch_condition(it)
+                head = f"if {cond}:  # {it.var}: a run-time branch" if cond is not None else \
+                    f"loop {it.var} in range({it.start}, {it.stop}, {it.step}):"
+                lines.append(pad + head)
                 rec(it.body, depth + 1)
             else:
                 lines.append(pad + _task_line(it))
+    for name, r in g.scalar_reads.items():
+        lines.append(f"  data scalar {name} = {r.buffer}[{', '.join(map(str, r.index))}]  (read by the control program)")
     rec(g.program, 1)
     return "\n".join(lines)
+
+
+def branch_condition(loop):
+    """The condition of a run-time branch (a Loop of 1 trip when it holds, else 0), or None."""
+    import sympy
+    stop = loop.stop
+    if not (isinstance(stop, sympy.Piecewise) and len(stop.args) == 2 and loop.start == 0 and loop.step == 1):
+        return None
+    (a, c), (b, t) = stop.args
+    if t != sympy.true:
+        return None
+    if (a, b) == (1, 0):
+        return c
+    if (a, b) == (0, 1):
+        return sympy.Not(c)
+    return None

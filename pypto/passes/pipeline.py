@@ -106,9 +106,13 @@ def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = 
     bg = pm.run("blocks", lower_blocks, tg, spec)
     bg = pm.run("memory", _memory, bg, spec)
     bg = pm.run("sync", _sync, bg, spec, verifier=_verify_blocks)
-    eg = pm.run("final", lambda b: multibuffer_workspaces(b.graph, spec) if multibuffer else b.graph, bg)
+
+    def final(b):
+        eg = multibuffer_workspaces(b.graph, spec) if multibuffer else b.graph
+        eg.scalar_reads = dict(graph.scalar_reads)     # data scalars: read by the control program (runtime/host)
+        return eg
+    eg = pm.run("final", final, bg)
     eg.index_checks = [(name, o.check) for name, o in zip(eg.outputs, g.outputs) if o.kind == CHECK_KIND]
-    eg.scalar_reads = dict(graph.scalar_reads)     # data scalars: read by the control program (runtime/host)
     return eg
 
 

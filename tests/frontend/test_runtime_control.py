@@ -343,3 +343,20 @@ def test_loop_cann_keywords():
     assert "row" in str(f.trace(x, out))
     from pypto.frontend.control import ignored_hints
     assert any("unroll_list=[1, 2]" in h for _, h in ignored_hints)
+
+
+def test_the_execution_graph_prints_branches_and_data_scalars():
+    from pypto.passes.pipeline import lower
+
+    @pypto.jit(backend="reference")
+    def f(lens: pypto.Tensor[[4], pypto.int32], x: pypto.Tensor[[pypto.DYNAMIC, 64], pypto.float32],
+          out: pypto.Tensor[[pypto.DYNAMIC, 64], pypto.float32]):
+        for i in pypto.loop(lens[1]):
+            xv = pypto.view(x, [1, 64], [i, 0])
+            out[i:i + 1, :] = xv * 2.0 if i == 0 else xv
+    g = f.trace(torch.tensor([0, 3, 0, 0], dtype=torch.int32), torch.randn(5, 64), torch.zeros(5, 64))
+    text = str(lower(g))
+    import re
+    assert "data scalar d0 = lens[1]" in text
+    i = re.search(r"loop (i\d+) in range\(0, d0, 1\)", text).group(1)     # names count per process
+    assert f"if Eq({i}, 0):" in text and f"if Ne({i}, 0):" in text
