@@ -440,7 +440,10 @@ class _Body:
             self._copy(n, acc)
 
     def _copy(self, n, target: st.Access):
-        from .copy_tiling import copy_program
+        from .copy_tiling import copy_program, fill_program
+        if n not in self.storage and self.g.op(n) == "scalar":     # a 0-d constant output: made in the kernel
+            self.items.append(fill_program(self.g, n, target, self.g.node(n)["attrs"]["value"], self.scope))
+            return
         if n not in self.storage:
             raise CompileError(f"internal: value %{n} ({self.g.op(n)}) has no GM home to copy from",
                                loc=self.g.node(n)["loc"])

@@ -338,6 +338,20 @@ def _scan(b, n):
     _result(b, n, dst)
 
 
+def _identity_as(identity: float, dt):
+    """A reduction's identity as a value of its accumulator's dtype: an integer accumulator takes an
+    integer (0.0 in an i64 tile's TEXPANDS failed at C++ generation), +-inf becomes the dtype's bound."""
+    if dt.is_floating or identity is None:
+        return identity
+    if math.isinf(identity):
+        import torch
+        if dt.torch_dtype == torch.bool:
+            return int(identity > 0)
+        info = torch.iinfo(dt.torch_dtype)
+        return info.max if identity > 0 else info.min
+    return int(identity)
+
+
 def _reduce(b, n):
     op = b.g.op(n)
     sp = b.plan.spaces[n]
@@ -370,7 +384,7 @@ def _reduce(b, n):
         if t == src and b.tiles[t].dtype != acc_dt:
             t = convert(b, t, acc_dt)
         acc = b.new_tile(acc_dt, r, c, "acc", phase="pre")
-        b.emit("TEXPANDS", [acc, identity], phase="pre")
+        b.emit("TEXPANDS", [acc, _identity_as(identity, acc_dt)], phase="pre")
         b.emit(combine, [acc, acc, t], phase="step")
         res = acc
         if acc_dt != out:
