@@ -360,3 +360,16 @@ def test_the_execution_graph_prints_branches_and_data_scalars():
     assert "data scalar d0 = lens[1]" in text
     i = re.search(r"loop (i\d+) in range\(0, d0, 1\)", text).group(1)     # names count per process
     assert f"if Eq({i}, 0):" in text and f"if Ne({i}, 0):" in text
+
+
+def test_a_timing_only_run_reads_the_callers_tensors():
+    @pypto.jit(backend="sim", timing_only=True)
+    def f(lens: pypto.Tensor[[4], pypto.int32], x: pypto.Tensor[[8, 64], pypto.float32],
+          out: pypto.Tensor[[8, 64], pypto.float32]):
+        for i in pypto.loop(pypto.item(lens, 0)):
+            out[i:i + 1, :] = pypto.view(x, [1, 64], [i, 0]) + 1.0
+    tasks = []
+    for n in (0, 2, 5):
+        f(torch.tensor([n, 0, 0, 0], dtype=torch.int32), torch.randn(8, 64), torch.zeros(8, 64))
+        tasks.append(pypto.last_report().tasks)
+    assert tasks[0] < tasks[1] < tasks[2]                   # the trip count came from the data
