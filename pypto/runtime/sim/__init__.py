@@ -32,7 +32,7 @@ from ...ir.execution import ExecutionGraph
 from ...machine import machine_spec
 from ..report import Report, kernel_decisions, set_last_report
 from ..host import GMBuffers, Geometry, bind_sizes, one_task_graph, written_bases
-from ..host.work import count_work, minimal_gm_bytes
+from ..host.work import Work, minimal_gm_bytes
 from .control import expand
 from .engine import SimState
 from .launch import Launcher
@@ -96,11 +96,8 @@ def _run(graph, args, env, machine, timing_only, trace, policy, check, stitch):
         else:
             outputs[name] = args[name] if name in args else bufs.get(name, env)
     report = _report(graph, spec, state, shapes, cycles, len(instances), timing_only)
-    try:
-        work = count_work(instances, spec.cores.get("aiv_per_aic", 2))
-    except Exception as e:      # noqa: BLE001  the run is done and right: a counting gap is a note
-        work = None
-        report.notes.append(f"kernels' GM bytes not counted ({type(e).__name__}: {e}): no hbm / l2 bounds")
+    # each kernel's GM load bytes, as its blocks ran (launch.KernelStats), for the hbm / l2 bound
+    work = {name: Work(load_bytes=ks.load_bytes) for name, ks in state.kernel_stats.items()}
     report.decisions = kernel_decisions(graph, spec, state.kernel_stats, work)
     gmem = state.gmem
     report.notes.append(f"L2 write-back: HBM moved {gmem.hbm_bytes / 1e6:.1f} MB, of which "

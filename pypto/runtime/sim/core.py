@@ -88,6 +88,7 @@ class CoreRun:
         self.stalled = None
         self.finished = False
         self.walker = cb.walk(env)
+        self.loaded = 0         # exact bytes this block instance's GM loads read (launch.KernelStats)
         self.gm = gm
         self.functional = functional
         self.check = check
@@ -278,10 +279,11 @@ class CoreRun:
         st = self.state
         if nbytes:                                  # a GM instruction (shape set above)
             gmm = st.gmem
-            lines = gmm.box_lines(self.gm_names[cop.gm_param], shape, cop.gm_itemsize, cop.trans, vals, cop.n_tiles)
-            end = gmm.access(start + occ, nbytes, port, lines, cop.is_store)
+            end = gmm.move(start + occ, nbytes, port, self.gm_names[cop.gm_param], shape, cop.gm_itemsize,
+                           cop.trans, vals, cop.n_tiles, cop.is_store)
             done = end + (st.gm_write_latency if cop.is_store else st.gm_latency)
             st.gm_bytes += nbytes
+            self.loaded += elems                    # a load's exact bytes (0 for a store), for its kernel
         else:
             end = start + occ
             done = end

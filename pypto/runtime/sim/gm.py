@@ -198,23 +198,28 @@ class GlobalMemory:
         newest.update(lines)
         self.fresh[key] = False
         if len(newest) >= self.gen_lines:
-            old = gens.pop(0)
-            gens.append(set())
-            self.fresh.clear()
-            partial = self.partial
-            if partial and old:
-                for line in ([ln for ln in partial if ln in old] if len(partial) < len(old) else
-                             [ln for ln in old if ln in partial]):
-                    del partial[line]
-            n = 0
-            for d in self.dirty.values():
-                if d and old:
-                    out = d.intersection(old)
-                    d.difference_update(out)
-                    n += len(out)
-            if n:
-                self.writeback_bytes += n * LINE
-                self.transfer(t, n * LINE, _UNLIMITED, False)
+            self._evict(t)
+
+    def _evict(self, t: float):
+        """The newest set is full: evict the oldest set whole (its dirty lines written back from ``t``)."""
+        gens = self.gens
+        old = gens.pop(0)
+        gens.append(set())
+        self.fresh.clear()
+        partial = self.partial
+        if partial and old:
+            for line in ([ln for ln in partial if ln in old] if len(partial) < len(old) else
+                         [ln for ln in old if ln in partial]):
+                del partial[line]
+        n = 0
+        for d in self.dirty.values():
+            if d and old:
+                out = d.intersection(old)
+                d.difference_update(out)
+                n += len(out)
+        if n:
+            self.writeback_bytes += n * LINE
+            self.transfer(t, n * LINE, _UNLIMITED, False)
 
     def _fill(self, box, found=None) -> int:
         """Make the box's sectors resident (call before ``_touch``); how many fewer of them hit than
@@ -253,6 +258,104 @@ class GlobalMemory:
                 for line in both:
                     lost += SECTORS - partial.pop(line).bit_count()
         return lost
+
+    def move(self, t: float, nbytes: int, port: float, loc, shape, itemsize: int, trans: bool, vals,
+             n_tiles: int, write: bool) -> float:
+        """An instruction moves ``nbytes`` of its GM box (``box_lines``' arguments) from time ``t``; when the
+        last byte moved. A box inside one line (most of a Tensor-level program's: a row of a head) goes
+        through ``access_line`` without building a box; the rest through ``box_lines`` and ``access``."""
+        rows, cols = (vals[1], vals[0]) if trans else (vals[0], vals[1])
+        rank = len(shape)
+        seg = cols * itemsize
+        if rank == 1 or rows <= 1 or seg == shape[-1] * itemsize:       # one contiguous byte range
+            b = 2 * n_tiles
+            if rank == 1:
+                lin = vals[b]
+            elif rank == 2:
+                lin = vals[b] * shape[1] + vals[b + 1]
+            else:
+                lin = self._linear(vals, n_tiles, shape)
+            start = loc[1] + lin * itemsize
+            last = start + (seg if rank == 1 or rows <= 1 else rows * shape[-1] * itemsize) - 1
+            if start >> LINE_SHIFT == last >> LINE_SHIFT:
+                tag = self.base_ids.get(loc[0]) or self.base_id(loc[0])
+                return self.access_line(t, nbytes, port, (tag << BASE_SHIFT) + (start >> LINE_SHIFT),
+                                        _FROM[(start & (LINE - 1)) >> SECTOR_SHIFT] &
+                                        _UPTO[(last & (LINE - 1)) >> SECTOR_SHIFT], write)
+        return self.access(t, nbytes, port, self.box_lines(loc, shape, itemsize, trans, vals, n_tiles), write)
+
+    def access_line(self, t: float, nbytes: int, port: float, line: int, mask: int, write: bool) -> float:
+        """``access`` of a box inside one line: the sectors ``mask`` of ``line``. The same state changes and
+        times as ``access`` of that box, without its ``fresh`` entry: for one line, "fresh" is what the
+        state says directly (the line in the newest set, the sectors asked resident, dirty for a write)."""
+        gens = self.gens
+        newest = gens[-1]
+        partial = self.partial
+        if line in newest:
+            g = newest
+        else:
+            g = None
+            for x in gens:
+                if line in x:
+                    g = x
+                    break
+        if write:
+            base = line >> BASE_SHIFT
+            d = self.dirty.get(base)
+            if d is None:
+                d = self.dirty[base] = set()
+                self.first_write[base] = t
+            d.add(line)
+            if mask != FULL:
+                had = partial.get(line)
+                if had is None:
+                    had = FULL if g is not None else 0
+                if had != FULL:
+                    now = had | mask
+                    if now == FULL:
+                        partial.pop(line, None)
+                    else:
+                        partial[line] = now
+            elif partial:
+                partial.pop(line, None)
+            if g is not newest:
+                if g is not None:
+                    g.discard(line)
+                newest.add(line)
+                if len(newest) >= self.gen_lines:
+                    self._evict(t)
+            return self.transfer(t, nbytes, port, True)
+        asked = mask.bit_count()
+        if g is not None:
+            had = partial.get(line, FULL)
+            if had == FULL:
+                hit = asked
+            else:
+                hit = (mask & had).bit_count()
+                now = had | mask
+                if now == FULL:
+                    del partial[line]
+                else:
+                    partial[line] = now
+            if g is not newest:
+                g.discard(line)
+                newest.add(line)
+                if len(newest) >= self.gen_lines:
+                    self._evict(t)
+        else:
+            hit = 0
+            if mask != FULL:
+                partial[line] = mask
+            newest.add(line)
+            if len(newest) >= self.gen_lines:
+                self._evict(t)
+        if hit == asked:
+            self.l2_hit_bytes += nbytes
+            return self.transfer(t, nbytes, port, True)
+        from_hbm = (asked - hit) << SECTOR_SHIFT         # whole sectors: what HBM delivers
+        from_l2 = max(0, nbytes - from_hbm)
+        self.l2_hit_bytes += from_l2
+        return self.transfer(self.transfer(t, from_l2, port, True), from_hbm, port, False)
 
     def access(self, t: float, nbytes: int, port: float, box, write: bool) -> float:
         """A core moves ``nbytes`` of ``box`` from time ``t``; when the last byte moved."""

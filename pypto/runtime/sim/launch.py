@@ -14,18 +14,22 @@ from .timing import NPIPES, PIPES
 
 class KernelStats:
     """What one kernel's launches did on the simulated cores: per pipe busy cycles (summed over the
-    cores), the cycles its blocks held cores, the cores it used, and its span (first start, last end)."""
-    __slots__ = ("busy", "held", "cores", "blocks", "start", "end")
+    cores), the cycles its blocks held cores, the cores it used, its span (first start, last end) and
+    the GM bytes its loads read (valid rows x cols x the GM dtype's size: host/work.py's ``load_bytes``,
+    counted as the blocks run instead of by walking the Block IR again)."""
+    __slots__ = ("busy", "held", "cores", "blocks", "start", "end", "load_bytes")
 
     def __init__(self):
         self.busy = [0.0] * NPIPES
         self.held, self.blocks, self.cores = 0.0, 0, set()
         self.start, self.end = float("inf"), 0.0
+        self.load_bytes = 0
 
     def add(self, unit, end: float) -> None:
         for (core, _, _), before in zip(unit.parts, unit.busy0):
             self.busy = list(map(operator.add, self.busy, map(operator.sub, core.busy, before)))
             self.cores.add(core.name)
+        self.load_bytes += sum(r.loaded for r in unit.runs)
         self.held += (end - unit.t0) * len(unit.parts)
         self.blocks += 1
         self.start, self.end = min(self.start, unit.t0), max(self.end, end)

@@ -67,7 +67,7 @@ class CostModel:
 
     def measure_fn(self, cop):
         """A function vals -> (occupancy or issue cycles, gm_bytes, port B/cycle, cube_flops, ideal cycles,
-        vector elements).
+        vector elements; for a GM load the exact bytes it reads: valid rows x cols x the GM dtype's size).
         ``gm_bytes`` > 0 means a GM transfer whose duration the shared-bandwidth model decides; ideal
         cycles are the unit's work at its peak rate (cube or vector), for the roofline."""
         region, pipe = cop.region, cop.pipe_enum
@@ -119,12 +119,14 @@ class CostModel:
         gm_isz = cop.gm_itemsize
         trans = cop.trans
 
+        load = cop.region == "load"
+
         def measure(vals):
             rows, cols = vals[0], vals[1]
             if trans:
                 rows, cols = cols, rows
             nbytes = rows * _ceil(cols * gm_isz, burst) * burst
-            return (issue, nbytes, port, 0, 0.0, 0)
+            return (issue, nbytes, port, 0, 0.0, rows * cols * gm_isz if load else 0)
         return measure
 
     def _local_move(self, cop, isz):

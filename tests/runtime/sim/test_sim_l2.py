@@ -185,3 +185,33 @@ def test_decode_attention_stays_within_its_roofline():
     assert rep.time_us >= roofline_us
     kv = 2 * k.numel() * 2
     assert rep.gm_bytes - rep.l2_hit_bytes >= kv
+
+
+def _state(g):
+    return (g.hbm_bytes, g.l2_hit_bytes, g.writeback_bytes, [set(x) for x in g.gens],
+            {ln: m for ln, m in g.partial.items() if m != (1 << 16) - 1},    # a full mask = not partial
+            {b: set(d) for b, d in g.dirty.items()}, dict(g.first_write), g.hbm, g.l2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([1, 2]), st.integers(0, 40), st.integers(0, 63),
+                          st.integers(1, 64), st.booleans(), st.sampled_from([1, 2, 4])),
+                min_size=1, max_size=120))
+def test_the_one_line_path_changes_the_l2_as_the_box_path_does(accesses):
+    """gm.move sends a box inside one line through access_line (no box, no fresh entry): the same times,
+    hit and HBM bytes, residency, partial sectors, dirty lines and evictions as box_lines + access. A
+    small L2 (8 lines) makes evictions and write-backs happen; rows of 64 elements of 1, 2 or 4 bytes."""
+    spec = _with_l2(8 * LINE)
+    fast, ref = GlobalMemory(spec, 256), GlobalMemory(spec, 256)
+    t_fast = t_ref = 0.0
+    for rows, r0, c0, cols, write, isz in accesses:
+        cols = min(cols, 64 - c0)
+        shape = (48, 64)
+        rows = min(rows, shape[0] - r0)
+        vals = (rows, cols, r0, c0)
+        nbytes = rows * cols * isz
+        loc = (f"b{isz}", 0)
+        t_fast = fast.move(t_fast, nbytes, 64.0, loc, shape, isz, False, vals, 1, write)
+        t_ref = ref.access(t_ref, nbytes, 64.0, ref.box_lines(loc, shape, isz, False, vals, 1), write)
+        assert t_fast == t_ref
+        assert _state(fast) == _state(ref)

@@ -92,3 +92,53 @@ def test_timing_only_from_environment(monkeypatch):
     out, rep = _mix_run()
     assert rep.timing_only and out["out"].device.type == "meta" and out["out"].shape == (128, 64)
     assert any("timing-only" in n for n in rep.notes)
+
+
+def _kernel_load_bytes_by_walking(graph, args):
+    """host/work.count_work's load bytes per kernel: the Block IR walked again, as the sim did before."""
+    from pypto.runtime.host import GMBuffers, Geometry, bind_sizes
+    from pypto.runtime.host.work import count_work
+    from pypto.runtime.sim.control import expand
+    env = bind_sizes(graph, dict(args), {})
+    geo = Geometry(GMBuffers(graph, dict(args), env, timing_only=True))
+    instances, _ = expand(graph, env, geo, 1)
+    return {name: w.load_bytes for name, w in count_work(instances, 2).items()}
+
+
+def test_kernel_load_bytes_counted_as_blocks_run_equal_the_block_ir_walk():
+    """The hbm / l2 bound of each kernel reads its GM load bytes from the sim's kernel stats (counted as
+    its blocks run): the same bytes host/work.count_work finds walking the Block IR — tails (70 rows of
+    16-row tiles, 300 of 128-column ones), several kernels and tasks, fp16 and fp32, both modes."""
+    import pypto
+    from pypto.passes.pipeline import lower
+
+    def f(x, w, y):
+        return pypto.softmax(x @ w, -1) + y.float()
+    x, w, y = torch.randn(70, 96), torch.randn(96, 300) / 10, torch.randn(70, 300).half()
+    graph = lower(pypto.jit(f, backend="reference").trace(x, w, y), machine="a2a3")
+    args = dict(zip(graph.inputs, (x, w, y)))
+    want = _kernel_load_bytes_by_walking(graph, {n: tuple(a.shape) for n, a in args.items()})
+    assert len(want) >= 2 and all(v > 0 for v in want.values())
+    for timing_only in (True, False):
+        state = {}
+        real = sim.SimState
+
+        class Spy(real):
+            def __init__(self, *a, **k):
+                super().__init__(*a, **k)
+                state["s"] = self
+        sim.SimState = Spy
+        try:
+            _, rep = sim.run(graph, {n: (tuple(a.shape) if timing_only else a) for n, a in args.items()}, {},
+                             machine="a2a3", timing_only=timing_only)
+        finally:
+            sim.SimState = real
+        got = {name: ks.load_bytes for name, ks in state["s"].kernel_stats.items()}
+        assert got == want
+        spec = pypto.load_machine("a2a3")
+        for name, d in rep.decisions.items():      # and the bound the report shows is computed from them
+            share = d.get("hbm_share", d.get("l2_share"))
+            assert share is not None
+            span = d["span_cycles"]
+            if "hbm_share" in d:
+                assert abs(share - want[name] / span / spec.hbm_bytes_per_cycle) < 1e-9 * max(1.0, share)
