@@ -25,15 +25,13 @@ from sympy.logic.boolalg import Boolean, BooleanAtom
 from .. import symbolic as sym
 from ..errors import PyptoError, TypeMismatchError, user_location
 from ..ir.tensor_graph import OutputSpec, TensorGraph, ValueInfo
-from . import context as ctx
+from . import cann, context as ctx
 from .scalars import item
 from .tensor import Tensor
 
 _ids = itertools.count()
 # index symbol -> (first value, last value) of the pypto.loop being traced
 _loop_ends: dict = {}
-# loop hints pypto accepts and does not use (CANN's unroll_list): (loc, hint) per loop, for the report
-ignored_hints: list = []
 
 
 def _bound(what, v, loc):
@@ -58,7 +56,8 @@ class loop:
     """``for i in pypto.loop(start, stop=None, step=1)``: like ``range``; bounds may be sizes
     (``x.shape[0]``), symbolic expressions (``pypto.ceildiv(T, 64)``), data scalars
     (``pypto.item(lens, b)``), one-element integer tensors (``lens[b]``) or ints. ``name`` (CANN:
-    ``idx_name``) names the index; ``unroll_list`` (CANN) is accepted and recorded as an unused hint."""
+    ``idx_name``) names the index; ``unroll_list`` (CANN) is accepted and recorded as ignored
+    (``pypto.frontend.cann.ignored_options()``, the ``pypto.cann`` logger)."""
 
     def __init__(self, start, stop=None, step=1, name: str | None = None, *, idx_name: str | None = None,
                  unroll_list=None, parallel: bool = False, **ignored):
@@ -76,9 +75,8 @@ class loop:
         if parallel:            # CANN's promise that iterations are independent: pypto finds that itself
             ignored_hints.append((self.loc, "parallel=True: pypto orders a loop's iterations by their "
                                             "data dependencies (hint ignored)"))
-        if unroll_list is not None:
-            ignored_hints.append((self.loc, f"unroll_list={list(unroll_list)!r}: pypto does not unroll "
-                                            "pypto.loop bodies by a list of factors (hint ignored)"))
+        if unroll_list is not None:     # pypto does not unroll pypto.loop bodies by a list of factors
+            cann.note_ignored("loop_options", {"unroll_list": list(unroll_list)})
 
     def __iter__(self):
         parent = ctx.current()
