@@ -496,9 +496,9 @@ def lower_flash(p: TileProgram, machine):
     vec.tiles = list(vx.tiles.values())
     kernel = Kernel(p.name, [cube, vec], loc)
     kernel.attrs["decisions"] = {
-        "kind": "flash", "form": "flash", "tile_source": "chooser",
-        "tile": {"query rows": mq, "keys": bk, "cube subtile keys": ck, "head dim": E},
-        "sizes": {"heads": bh, "queries": L, "keys": S},
+        "kind": "flash", "form": "flash", "tile_source": "flash form",
+        "tile": {"query rows": mq, "keys": bk}, "sizes": {"query rows": L, "keys": S, "heads": bh},
+        "cube subtile keys": ck, "head dim": E,
         "buffers": {"workspace slots": U, "vector rows per sub-block": half,
                     "handoff dtypes": f"S {sdt.name}, P {dt.name}, PV {pvdt.name}",
                     "softmax dtype": mdt.name},

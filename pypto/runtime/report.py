@@ -173,7 +173,8 @@ class Report:
             if d.get("gm_copies"):
                 mem += "; " + ", ".join(f"{w} x{c}" for w, c in d["gm_copies"].items())
             cores = f"block_dim {d['block_dim']}" + (f", {d['cores']} used" if "cores" in d else "")
-            depth = {1: "single", 2: "ping-pong"}.get(d.get("pipelining"), "not recorded")
+            n = d.get("pipelining")
+            depth = {1: "single", 2: "ping-pong"}.get(n, f"{n} stages" if isinstance(n, int) else "not recorded")
             row = [name, f"{tile} ({d['tile_source']})" if tile else "not recorded", mem, depth, cores]
             if simulated:
                 busy = ", ".join(f"{p} {f:.0%}" for p, f in list(d.get("pipe_busy", {}).items())[:3])

@@ -90,10 +90,13 @@ def test_one_cluster_kernel_and_its_decisions():
     assert sorted(b.core for b in kernel.blocks) == [CoreType.AIC, CoreType.AIV]
     d = kernel.attrs["decisions"]
     assert d["form"] == "flash" and d["tile"]["query rows"] == 128 and d["tile"]["keys"] == 256
-    assert d["tile"]["cube subtile keys"] == 128 and d["buffers"]["softmax dtype"] == "float16"
+    assert d["cube subtile keys"] == 128 and d["buffers"]["softmax dtype"] == "float16"
     assert d["pipelining"] == 3 and d["buffers"]["workspace slots"] == 4
     _, report = sim.run(graph, dict(zip(graph.inputs, (q, k, v))), {}, timing_only=True)
     assert report.decisions[kernel.name]["form"] == "flash" and "bound" in report.decisions[kernel.name]
+    assert str(report)                              # the report prints the kernel's decisions
+    cols = report.decisions_table().columns
+    assert cols[1]._cells[0] == "query rows 128/512 x keys 256/512 (flash form)" and cols[3]._cells[0] == "3 stages"
 
 
 def test_masked_key_blocks_are_skipped():
