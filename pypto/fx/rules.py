@@ -195,6 +195,10 @@ def _scalar_tensor(cx, s, **_):
     return api.scalar(s, cx.out_dtype)
 
 
+def _full_like(cx, input, fill_value, **_):
+    return api.full(tuple(input.shape), fill_value, cx.out_dtype)
+
+
 def _full_accepts(a):
     return _on_cpu_strided(a) or _numbers_only("fill_value", "s")(a)
 
@@ -291,6 +295,99 @@ def _getitem_accepts(a):
     if isinstance(src, torch.fx.Node) and unsupported_reason(src) is None:
         return None
     return "getitem of a value pypto does not produce"
+
+
+def _static_dim(node_or_val, dim):
+    v = node_or_val.meta.get("val") if isinstance(node_or_val, torch.fx.Node) else None
+    if not isinstance(v, torch.Tensor):
+        return None
+    d = v.shape[dim % v.dim()] if v.dim() else None
+    return d if isinstance(d, int) else None
+
+
+def _scatter_box(cx, input, src, dim, lo, length):
+    """``input`` with the box [lo, lo + length) along ``dim`` replaced by ``src``: a concat of the kept
+    pieces and src (slice_scatter / select_scatter, i.e. index assignment ``y[:, 0] = v``)."""
+    size = input.shape[dim]
+    parts = [_box(input, dim, 0, lo)] if lo else []
+    parts.append(cx.cast(src, input.dtype))
+    if size - lo - length:
+        parts.append(_box(input, dim, lo + length, size - lo - length))
+    return fn("concat")(parts, dim) if len(parts) > 1 else parts[0]
+
+
+def _slice_scatter(cx, input, src, dim=0, start=None, end=None, step=1):
+    dim = _norm(dim, input.ndim)
+    size = input.shape[dim]
+    lo = 0 if start is None else (start + size if start < 0 else min(start, size))
+    return _scatter_box(cx, input, src, dim, lo, src.shape[dim])
+
+
+def _slice_scatter_accepts(a):
+    """Static bounds along a static dim (so the kept pieces have known, possibly empty, sizes), step 1."""
+    if a.get("step", 1) != 1:
+        return f"slice_scatter step {a.get('step')}"
+    if _static_dim(a["input"], a.get("dim", 0)) is None:
+        return "slice_scatter along a dynamic dim"
+    for k in ("start", "end"):
+        if a.get(k) is not None and not isinstance(a[k], int):
+            return f"slice_scatter with a symbolic {k}"
+    return None
+
+
+def _select_scatter(cx, input, src, dim, index):
+    dim = _norm(dim, input.ndim)
+    size = input.shape[dim]
+    lo = index + size if index < 0 else index
+    shape = list(src.shape)
+    shape.insert(dim, 1)
+    return _scatter_box(cx, input, api.reshape(src, shape), dim, lo, 1)
+
+
+def _select_scatter_accepts(a):
+    if _static_dim(a["input"], a["dim"]) is None:
+        return "select_scatter along a dynamic dim"
+    return None if isinstance(a.get("index"), int) else "select_scatter with a symbolic index"
+
+
+def _copy(cx, input, src, non_blocking=False):
+    """aten.copy: src broadcast to input's shape, in input's dtype (what a functionalised ``y[...] = v``
+    leaves)."""
+    src = cx.cast(src)
+    if len(src.shape) != len(cx.out_shape) or any(sym.equal(a, b) is not True for a, b in zip(src.shape, cx.out_shape)):
+        src = fn("expand")(src, *cx.out_shape)
+    return src
+
+
+def _index(cx, input, indices):
+    """input[idx] along one dim (the leading indices None): index_select of the flattened indices,
+    negative ones counted from the end as torch does."""
+    dim = next(k for k, t in enumerate(indices) if t is not None)
+    idx = indices[dim]
+    size = input.shape[dim]
+    idx = fn("where")(fn("lt")(idx, 0), fn("add")(idx, size), idx)
+    rows = fn("index_select")(input, dim, api.reshape(idx, [-1]))
+    return api.reshape(rows, cx.out_shape)
+
+
+def _index_accepts(a):
+    idx = list(a.get("indices") or [])
+    real = [k for k, t in enumerate(idx) if t is not None]
+    if len(real) != 1 or real[0] != len(idx) - 1:
+        return "index with more than one index tensor"
+    v = idx[real[0]].meta.get("val") if isinstance(idx[real[0]], torch.fx.Node) else None
+    if not isinstance(v, torch.Tensor) or v.dtype not in (torch.int64, torch.int32):
+        return "index by a mask (data-dependent shape) or a non-integer tensor"
+    return None
+
+
+def _any_all(reduce):
+    """any / all: the flags (x != 0) as float, their amax / amin, cast to bool."""
+    def convert(cx, input, dim=None, keepdim=False):
+        dims = None if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0) else dim
+        flags = input if input.dtype == dtypes.bool_ else fn("ne")(input, 0)
+        return api.cast(fn(reduce)(api.cast(flags, dtypes.float32), dims, keepdim), dtypes.bool_)
+    return Rule(convert, needs=(reduce, "ne"))
 
 
 # ---------------------------------------------------------------- reductions, matmul, normalisation
@@ -450,6 +547,7 @@ RULES[aten.bitwise_xor.Tensor] = _bool_only("ne")            # on bools, xor is 
 RULES[aten.logical_xor.default] = Rule(lambda cx, input, other: fn("ne")(api.cast(input, dtypes.bool_),
                                                                          api.cast(other, dtypes.bool_)),
                                        needs=("ne",))
+RULES[aten.true_divide.Tensor] = RULES[aten.div.Tensor]
 RULES[aten.div.Tensor_mode] = Rule(_div_mode, needs=("div", "floor"), accepts=_div_mode_accepts)
 RULES[aten.where.self] = Rule(_where, needs=("where",))
 RULES[aten.isnan.default] = Rule(_isnan, needs=("ne",))
@@ -462,6 +560,18 @@ for _op in (aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default
     RULES[_op] = Rule(_identity, compute=False)
 RULES[aten.full.default] = Rule(_full, accepts=_full_accepts, compute=False)
 RULES[aten.scalar_tensor.default] = Rule(_scalar_tensor, accepts=_full_accepts, compute=False)
+RULES[aten.full_like.default] = Rule(_full_like, accepts=_full_accepts, compute=False)
+RULES[aten.slice_scatter.default] = Rule(_slice_scatter, needs=("concat",), accepts=_slice_scatter_accepts,
+                                         compute=False)
+RULES[aten.select_scatter.default] = Rule(_select_scatter, needs=("concat",), accepts=_select_scatter_accepts,
+                                          compute=False)
+RULES[aten.copy.default] = Rule(_copy, needs=("expand",), compute=False)
+RULES[aten.index.Tensor] = Rule(_index, needs=("index_select", "where", "lt", "add"), accepts=_index_accepts,
+                                compute=False)
+for _op in (aten.any.dim, aten.any.dims, aten.any.default):
+    RULES[_op] = _any_all("amax")
+for _op in (aten.all.dim, aten.all.dims, aten.all.default):
+    RULES[_op] = _any_all("amin")
 for _op in VIEW_AS_RESHAPE:
     RULES[_op] = Rule(_reshape_to_out, compute=False)
 RULES[aten.slice.Tensor] = Rule(_slice, compute=False,

@@ -45,12 +45,23 @@ def reductions(x, ids):
     return s + v + w, idx + jdx + x.argmax(-1) + x.argmin(0)[:5], soft + ln, emb, g
 
 
+def new_rules(x, ids, m):
+    """issue 19 item 3: any/all, full_like, index.Tensor, true_divide, index assignment."""
+    y = x.clone()
+    y[:, 0] = 0                          # select_scatter (copy of a scalar into a column)
+    y[1:3, 2:4] = x[:2, :2] * 2          # slice_scatter
+    flags = (x > 1).any(-1, keepdim=True).float() + (x > -3).all(0).float() + torch.full_like(x, 0.25)
+    picked = x[ids].sum(-1) + x[:, ids - 3].sum(-1)     # index.Tensor, negative indices included
+    return y, flags, picked, torch.true_divide(x, x.abs() + 1), m.any(-1), (m | (x > 0)).all()
+
+
 CASES = {
     "elementwise": (elementwise, lambda: (torch.randn(5, 6), torch.randn(5, 6))),
     "integers_and_bools": (integers_and_bools, lambda: (torch.randint(-4, 6, (4, 5)), torch.randint(-4, 6, (4, 5)),
                                                         torch.randn(4, 5) * 4)),
     "views": (views, lambda: (torch.randn(4, 5, 8),)),
     "reductions": (reductions, lambda: (torch.randn(5, 8), torch.randint(0, 5, (6,)))),
+    "new_rules": (new_rules, lambda: (torch.randn(5, 8), torch.tensor([0, 4, 2, -1, 3]), torch.rand(5, 8) > 0.8)),
 }
 
 
