@@ -178,11 +178,12 @@ class TileGraph:
     symbols: list = field(default_factory=list)
 
     def programs(self):
+        """The TilePrograms, loop bodies included (not the prebuilt kernels' calls: ir/kernel_node.KernelCall)."""
         def rec(items):
             for it in items:
                 if isinstance(it, TileLoop):
                     yield from rec(it.body)
-                else:
+                elif not _is_call(it):
                     yield it
         yield from rec(self.items)
 
@@ -236,6 +237,17 @@ def _print_ops(ops, pad, out):
             out.append(f"{pad}        else {alt.op:<9} {', '.join(_fmt(o) for o in alt.operands)}")
 
 
+def _is_call(it) -> bool:
+    """A KernelCall (ir/kernel_node.py: a pl / pt kernel called as a node), told by its fields."""
+    return hasattr(it, "gm_args") and hasattr(it, "build")
+
+
+def _print_call(it, indent: int) -> str:
+    args = ", ".join(f"{p}={b}" for p, b in it.gm_args.items())
+    loc = f"  # {it.loc}" if it.loc else ""
+    return f"{'  ' * indent}kernel_call {it.name} ({it.level}, prebuilt)  args({args}){loc}"
+
+
 def print_tile_graph(g: TileGraph) -> str:
     lines = [f"tile_graph {g.name}  inputs({', '.join(g.inputs)})  outputs({', '.join(g.outputs)})"]
     for b in g.buffers.values():
@@ -247,6 +259,8 @@ def print_tile_graph(g: TileGraph) -> str:
             if isinstance(it, TileLoop):
                 lines.append(f"{'  ' * depth}loop {it.var} in range({it.start}, {it.stop}, {it.step}):")
                 rec(it.body, depth + 1)
+            elif _is_call(it):
+                lines.append(_print_call(it, depth))
             else:
                 lines.append(print_program(it, depth))
     rec(g.items, 1)
@@ -255,6 +269,9 @@ def print_tile_graph(g: TileGraph) -> str:
 
 # ---------------------------------------------------------------- JSON
 def _enc(v):
+    if _is_call(v):             # its kernel is the front end's: the JSON names the call, its Block IR is not kept
+        return {"$KernelCall": {"name": v.name, "level": v.level, "gm_args": _enc(dict(v.gm_args)),
+                                "loc": _enc(v.loc), "build": None}}
     if isinstance(v, sympy.Basic):
         return {"$sym": sympy.srepr(v)}
     if isinstance(v, DataType):
@@ -313,7 +330,9 @@ def _dec(v):
 def _classes():
     if not _CLASSES:
         from .execution import Buffer
-        for c in (TileAxis, TileParam, TileValue, TileOp, TileProgram, TileLoop, TileRange, TileHandoff, Buffer):
+        from .kernel_node import KernelCall
+        for c in (TileAxis, TileParam, TileValue, TileOp, TileProgram, TileLoop, TileRange, TileHandoff, Buffer,
+                  KernelCall):
             _CLASSES[c.__name__] = c
     return _CLASSES
 
@@ -347,5 +366,16 @@ def tile_graph_to_dot(g: TileGraph) -> str:
                 lines.append(f'  "b:{q.buffer}" -> "p{k}";')
             if q.mode in ("out", "inout"):
                 lines.append(f'  "p{k}" -> "b:{q.buffer}";')
+
+    def calls(items):
+        for it in items:
+            if isinstance(it, TileLoop):
+                yield from calls(it.body)
+            elif _is_call(it):
+                yield it
+    for k, c in enumerate(calls(g.items)):       # a prebuilt kernel's call: its bound buffers, either way
+        lines.append(f'  "c{k}" [shape=box, style=dashed, label="{c.name} ({c.level} kernel)"];')
+        for b in dict.fromkeys(c.gm_args.values()):
+            lines.append(f'  "b:{b}" -> "c{k}" [dir=both];')
     lines.append("}")
     return "\n".join(lines)
