@@ -358,7 +358,7 @@ def traceable(fn):
         try:
             return inner(*args, **kwargs)
         except TypeError as e:
-            if "truth value of Relational" not in str(e) and "truth value" not in str(e):
+            if "cannot determine truth value" not in str(e):      # sympy's, on a Relational
                 raise
             raise PyptoError("a condition on a run-time value (a loop index, size or data scalar) was tested by "
                              "Python where pypto cannot branch on it", loc=raising_user_location(e),
