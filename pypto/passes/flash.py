@@ -211,6 +211,8 @@ def unsupported(g, fm: FlashMatch, machine) -> str | None:
     p_dt = g.info(g.node(fm.m2)["inputs"][0]).dtype
     if p_dt != next(iter(dts)):
         return "P is not cast to v's dtype"
+    if any(g.node(n)["attrs"].get("cube_tile") for n in (fm.m1, fm.m2)):
+        return "a cube tile hint (pypto.set_cube_tile_shapes) on its matmuls asks for the separate matmul kernels"
     if isinstance(qs[-2], int) and qs[-2] < MIN_QUERIES:
         return (f"decode-shaped ({qs[-2]} query rows < {MIN_QUERIES}): the separate kernels spread the keys over "
                 "more cores (bench_tensor's decode row: 0.81 of the roofline, 0.76 as one flash kernel)")

@@ -168,6 +168,13 @@ def test_fallbacks_say_why():
     why = [d["flash"] for d in pypto.last_report().decisions.values() if "flash" in d]
     assert "flash" not in _kinds().values() and why and "compile time" in why[0]
 
+    def hinted(q, k, v):                          # a cube tile hint: the user's tiles, separate kernels
+        pypto.set_cube_tile_shapes([64, 64], [64, 64], [64, 64])
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    _check(pypto.jit(hinted, backend="sim")(q, k, v), q, k, v, "fp16", causal=True)
+    why = [d["flash"] for d in pypto.last_report().decisions.values() if "flash" in d]
+    assert "flash" not in _kinds().values() and why and "set_cube_tile_shapes" in why[0]
+
     graph = lower(pypto.jit(_sdpa(True), backend="reference").trace(q, k, v), flash=False)
     assert all(len(kn.blocks) == 1 for kn in graph.kernels.values())
     out, _ = sim.run(graph, dict(zip(graph.inputs, (q, k, v))), {})
