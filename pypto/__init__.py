@@ -33,7 +33,8 @@ _LAZY = {
     **dict.fromkeys(("RunMode", "options", "set_options", "set_pass_options", "set_host_options",
                      "set_codegen_options", "set_runtime_options", "set_verify_options", "set_debug_options",
                      "get_pass_options", "get_host_options", "get_codegen_options", "get_runtime_options",
-                     "get_verify_options", "get_debug_options"), ".frontend.cann"),
+                     "get_verify_options", "get_debug_options", "set_matrix_size", "experimental"),
+                    ".frontend.cann"),
     **dict.fromkeys(("set_vec_tile_shapes", "set_cube_tile_shapes", "get_vec_tile_shapes",
                      "get_cube_tile_shapes"), ".frontend.hints"),
 }

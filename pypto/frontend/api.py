@@ -12,6 +12,7 @@ from .. import dtypes, symbolic as sym
 from ..errors import PyptoError, ShapeError, TypeMismatchError, user_location
 from ..ops.registry import OpDef, get_op, ops_of_form
 from . import context as ctx
+from . import hints as _hints
 from .hints import stamp as _stamp_hints
 from .tensor import Alias, Tensor
 
@@ -283,6 +284,9 @@ def _parse_index(x: Tensor, idx):
 
 def getitem(x, idx) -> Tensor:
     x = as_tensor(x, "getitem")
+    scalar_read = _data_scalar(x, idx)
+    if scalar_read is not None:
+        return scalar_read
     offsets, sizes, squeeze, unsqueeze = _parse_index(x, idx)
     out = x
     if any(not (isinstance(o, int) and o == 0) for o in offsets) or tuple(sizes) != tuple(x.shape):
@@ -293,6 +297,28 @@ def getitem(x, idx) -> Tensor:
             shape.insert(p, 1)
         out = reshape(out, shape)
     return out
+
+
+def _data_scalar(x: Tensor, idx):
+    """CANN PyPTO's ``lens[b + 1] - lens[b]``: one element of an integer argument the program does not
+    write, indexed by ints or sizes in every dim, is a data scalar (``pypto.item``, read by the control
+    program), not a 0-d tensor. None for every other index (a slice, a float tensor, a written or
+    computed tensor: those stay tensors)."""
+    if not x.dtype.is_integer or not x.ndim:
+        return None
+    idx = idx if isinstance(idx, tuple) else (idx,)
+    if len(idx) != x.ndim or not all(isinstance(i, (int, sympy.Expr)) and not isinstance(i, bool) for i in idx):
+        return None
+    idx = tuple(i + d if isinstance(i, int) and i < 0 and isinstance(d, int) else i for i, d in zip(idx, x.shape))
+    from . import scalars
+    try:
+        node, _ = scalars._element(x, idx)
+    except PyptoError:
+        return None
+    frame = ctx._stack[0]
+    if any(og is frame.graph and onode == node for _, og, onode in frame.mutated.values()):
+        return None
+    return scalars.item(x, *idx)
 
 
 def view(x, shape, offsets, valid_shape=None) -> Tensor:
@@ -315,6 +341,18 @@ def assemble(src, offsets, dst) -> None:
 
 def _write(dst: Tensor, offsets: tuple, src: Tensor) -> None:
     alias = dst._base
+    if isinstance(alias, Alias) and alias.op == "reshape" and _unit_dims_only(alias.parent.shape, dst.shape):
+        # a view that only drops or adds size-1 dims (x[b, h] of a 4-d x): the write goes through it
+        # into its parent, as torch's does, at the same offsets with 0 in the size-1 dims
+        keep = [k for k, d in enumerate(alias.parent.shape) if not (isinstance(d, int) and d == 1)]
+        mine = [o for o, d in zip(offsets, dst.shape) if not (isinstance(d, int) and d == 1)]
+        poffs = [0] * len(alias.parent.shape)
+        for k, o in zip(keep, mine):
+            poffs[k] = o
+        with _hints.inserted():
+            _write(alias.parent, tuple(poffs), reshape(src, *_unit_reshape(alias.parent.shape, src.shape)))
+            fresh(dst)
+        return
     if isinstance(alias, Alias) and alias.offsets is None:
         what = {"reshape": "reshaped/squeezed", "transpose": "transposed", "permute": "permuted",
                 "expand": "expanded"}[alias.op]
@@ -333,6 +371,22 @@ def _write(dst: Tensor, offsets: tuple, src: Tensor) -> None:
         dst._graph, dst._node = ctx.current().graph, ctx.resolve(src._graph, src._node)
     else:
         _rebind(dst, emit("assemble", [dst, src], {"offsets": offsets}))
+
+
+def _non_unit(shape) -> list:
+    return [d for d in shape if not (isinstance(d, int) and d == 1)]
+
+
+def _unit_dims_only(a, b) -> bool:
+    """Whether shapes a and b differ only by size-1 dims."""
+    na, nb = _non_unit(a), _non_unit(b)
+    return len(na) == len(nb) and all(sym.equal(x, y) is True for x, y in zip(na, nb))
+
+
+def _unit_reshape(parent_shape, src_shape) -> list:
+    """src's shape (the squeezed view's box) with the parent's size-1 dims put back."""
+    it = iter(_non_unit(src_shape))
+    return [1 if isinstance(d, int) and d == 1 else next(it) for d in parent_shape]
 
 
 def _whole(dst: Tensor, offsets: tuple, src: Tensor) -> bool:
@@ -356,7 +410,11 @@ def setitem(x, idx, value) -> None:
     if value.dtype != x.dtype:
         value = cast(value, x.dtype)
     if tuple(value.shape) != tuple(sizes):
-        value = _broadcast_to(value, tuple(sizes))
+        with _hints.inserted():         # the front end's reshape / broadcast, not an op the user hinted
+            if _unit_dims_only(value.shape, sizes):
+                value = reshape(value, *sizes)
+            else:
+                value = _broadcast_to(value, tuple(sizes))
     _write(x, tuple(offsets), value)
 
 
@@ -379,11 +437,14 @@ def reshape(x, *shape, valid_shape=None, inplace: bool = False) -> Tensor:
     what every pypto reshape is: a view of its input."""
     x = as_tensor(x, "reshape")
     shape = _shape_args(shape)
+    attrs = {}
     if valid_shape is not None:
-        shape = _valid_shape("reshape", shape, valid_shape)
-    if tuple(shape) == tuple(x.shape):
+        box, shape = shape, _valid_shape("reshape", shape, valid_shape)
+        if box != shape:
+            attrs["tile_shape"] = box          # the box a later fillpad fills, as a view's
+    if tuple(shape) == tuple(x.shape) and not attrs:
         return x
-    return emit("reshape", [x], {"shape": shape})
+    return emit("reshape", [x], {"shape": shape, **attrs})
 
 
 def _size_form(d):

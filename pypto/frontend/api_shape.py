@@ -19,7 +19,8 @@ from .api import _shape_args, as_tensor, cast, emit, fresh, full, getitem, resha
 from .api_reduce import normalize_dim
 from .tensor import Tensor
 
-__all__ = ["transpose", "t", "permute", "unsqueeze", "squeeze", "flatten", "expand", "expand_as", "broadcast_to",
+__all__ = ["transpose", "t", "permute", "unsqueeze", "squeeze", "flatten", "expand", "expand_clone", "expand_as",
+           "broadcast_to",
            "concat", "cat", "stack", "split", "chunk", "tril", "triu", "arange", "pad", "fillpad", "gather",
            "index_select", "masked_fill", "zeros_like", "ones_like", "full_like"]
 
@@ -96,6 +97,15 @@ def flatten(input, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     for d in x.shape[s:e + 1]:
         n = sym.simplify(n * d)
     return reshape(x, [*x.shape[:s], n, *x.shape[e + 1:]])
+
+
+def expand_clone(input, *sizes) -> Tensor:
+    """CANN's ``expand_clone(x, shape)``: ``x`` broadcast to ``shape`` as a tensor of its own: unlike
+    ``expand`` (torch's view), a later write into ``x`` is not seen through it, and it may be written."""
+    out = expand(input, *sizes)
+    if out is not input:
+        out._base = None
+    return out
 
 
 def expand(input, *sizes) -> Tensor:
@@ -243,7 +253,7 @@ def pad(input, pad, mode: str = "constant", value=None) -> Tensor:
 def _tile_shape_of(x: Tensor):
     x = fresh(x)
     attrs = x._graph.node(x._node)["attrs"]
-    return attrs.get("tile_shape") if x._graph.op(x._node) == "view" else None
+    return attrs.get("tile_shape") if x._graph.op(x._node) in ("view", "reshape") else None
 
 
 def fillpad(input, mode: str = "constant", value=0.0, *, shape=None) -> Tensor:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 import functools
 import logging
+import types
 
 from ..errors import PyptoError
 from . import hints
@@ -65,6 +66,16 @@ set_runtime_options = _setter("runtime_options")
 set_verify_options = _setter("verify_options")
 set_debug_options = _setter("debug_options")
 set_operation_options = _setter("operation_options")
+
+
+def set_matrix_size(size) -> None:
+    """CANN's ``set_matrix_size([m, k, n])`` (the matmul sizes its cube tiling plans for): accepted and
+    recorded as ignored; pypto's cube tiling reads the traced shapes."""
+    note_ignored("options", {"matrix_size": size})
+
+
+# CANN's pypto.experimental namespace: the names of it that its published programs call
+experimental = types.SimpleNamespace(set_operation_options=set_operation_options)
 
 
 def _getter(kind):
@@ -150,14 +161,17 @@ def jit_options(name: str, host_options=None, codegen_options=None, pass_options
 
 def _size_minmax() -> None:
     """CANN's SymbolicScalar methods ``n.min(m)`` / ``n.max(m)`` on sizes (pypto's sizes are sympy
-    expressions): the same as ``pypto.min(n, m)`` / ``pypto.max(n, m)``. Added to sympy's Expr only
-    where sympy has no attribute of that name."""
+    expressions): the same as ``pypto.min(n, m)`` / ``pypto.max(n, m)``; ``n.item()`` is ``n`` (torch's
+    spelling of a read, on a value already read). Added to sympy's Expr only where sympy has no
+    attribute of that name."""
     import sympy
     from .. import symbolic as sym
     if not hasattr(sympy.Expr, "min"):
         sympy.Expr.min = lambda self, other: sym.smin(self, other)
     if not hasattr(sympy.Expr, "max"):
         sympy.Expr.max = lambda self, other: sym.smax(self, other)
+    if not hasattr(sympy.Expr, "item"):       # lens[b].item() where lens[b] is already a data scalar
+        sympy.Expr.item = lambda self: self
 
 
 _size_minmax()

@@ -13,6 +13,8 @@ program is compiled for (pypto/passes/hints.py). A bad hint raises ``TilingError
 """
 from __future__ import annotations
 
+import sympy
+
 from ..errors import TilingError
 from . import context as ctx
 
@@ -28,6 +30,7 @@ def _trace_root():
 def _positive_ints(values, what):
     out = []
     for v in values:
+        v = _tile_extent(v)
         if isinstance(v, bool) or not hasattr(v, "__index__"):
             raise TilingError(f"{what}: tile sizes must be Python ints, found {v!r}",
                               hint="tile shapes are compile-time constants, not run-time sizes")
@@ -36,6 +39,18 @@ def _positive_ints(values, what):
             raise TilingError(f"{what}: tile sizes must be positive, found {v}")
         out.append(v)
     return tuple(out)
+
+
+def _tile_extent(v):
+    """A tail's size ``min(64, n - i * 64)`` (pypto gives a view its valid shape, where CANN's
+    ``tile.shape`` is the box's) hints the box: 64, its static bound. Anything else is itself."""
+    if isinstance(v, sympy.Min):
+        ints = [int(a) for a in v.args if a.is_Integer]
+        if ints:
+            return min(ints)
+    if isinstance(v, sympy.Integer):
+        return int(v)
+    return v
 
 
 def set_vec_tile_shapes(*dims) -> None:
@@ -107,7 +122,9 @@ def stamp(op_def, attrs: dict, infos: list, out) -> None:
         if rank and len(dims) > rank:          # a lower-rank op takes the hint's trailing dims (CANN's rule)
             dims = dims[len(dims) - rank:]
         elif rank and len(dims) < rank:
-            if _compiler["depth"]:             # an op a pass inserted is never the user's error: no hint
+            # an op a pass inserted is never the user's error, nor is data movement (an assemble of a
+            # 2-d block into a 4-d tensor, a full): CANN's hint does not bind them. They go unhinted
+            if _compiler["depth"] or op_def.family == "views":
                 return
             raise TilingError(f"vector tile shape {list(dims)} has {len(dims)} dims but this op works on "
                               f"rank-{rank} tensors", hint=f"call pypto.set_vec_tile_shapes with {rank} sizes "
@@ -129,6 +146,19 @@ def restore(saved) -> None:
     _global.update(saved[0])
     _local.clear()
     _local.update(saved[1])
+
+
+class inserted:
+    """Within the block, the ops recorded are the front end's own (a write through a squeezed view):
+    a hint that does not fit them leaves them unhinted instead of rejecting them."""
+
+    def __enter__(self):
+        _compiler["depth"] += 1
+        return self
+
+    def __exit__(self, *exc):
+        _compiler["depth"] -= 1
+        return False
 
 
 class scoped:

@@ -269,7 +269,21 @@ def _move(self, other) -> None:
     _method("setitem")(self, Ellipsis, other)
 
 
+def _view(self, *args, **kwargs):
+    """torch's ``t.view(*shape)`` (a reshape), or CANN's ``t.view(shape, offsets, valid_shape=)`` (a box
+    of ``t``: pypto.view): two lists, or an ``offsets`` keyword, are CANN's."""
+    from . import api
+    cann_form = "offsets" in kwargs or "valid_shape" in kwargs or (
+        len(args) >= 2 and all(isinstance(a, (list, tuple)) for a in args[:2]))
+    if cann_form:
+        return api.view(self, *args, **kwargs)
+    return api.reshape(self, *args, **kwargs)
+
+
 Tensor.move = _move
+# CANN's valid shape of a view (its run-time extent): in pypto a tensor's shape is its valid shape
+Tensor.valid_shape = property(lambda self: self.shape)
+Tensor.view = _view
 tensor = Tensor          # CANN's pypto.tensor(shape, dtype, name): the same constructor
 
 

@@ -318,6 +318,10 @@ def _cube_tiles(M, N, K, batch, dtype, spec, hint, loc):
         mt, kt, nt = hint["m"][0], hint["k"][0], hint["n"][0]
         if not _cube_fits(mt, nt, kt, item, spec, double=False):
             raise TilingError(f"cube tile shapes m={mt} k={kt} n={nt} do not fit the cube buffers", loc=loc)
+        # the K loop is double-buffered: a hinted kL0 that fits only once steps K in halves (the same
+        # product; CANN's hint [64, 64], [128, 128], [128, 128] on fp32 fills L0B once)
+        while not _cube_fits(mt, nt, kt, item, spec) and kt % 2 == 0 and (kt // 2 * item) % spec.alignment == 0:
+            kt //= 2
         return mt, nt, kt, 1
     k_align = max(32 // item, 8)
     m_cap = _align_up(_est(M), 16)

@@ -307,3 +307,108 @@ def test_erfc_expm1_trunc_round_decimals_clip_tensor(backend, dtype):
             close(g, w.to(dt), dt, scale=5)
     with pytest.raises(pypto.TypeMismatchError, match="decimals"):
         pypto.jit(lambda x: pypto.round(x, decimals=0.5))(torch.randn(4))
+
+
+# ------------------------------------------------------------------ what CANN's GDN and attention use
+@pytest.mark.parametrize("backend", ["sim", "cpu"])
+def test_int_argument_elements_are_data_scalars(backend):
+    """``lens[b + 1] - lens[b]`` (CANN's SymbolicScalar indexing) is a run-time size: a loop bound and
+    view offsets, with a sequence of length 0 and a tail."""
+    @pypto.frontend.jit(backend=backend)
+    def f(x: pypto.Tensor([pypto.DYNAMIC, 64], pypto.DT_FP32), lens: pypto.Tensor([], pypto.DT_INT32),
+          out: pypto.Tensor([pypto.DYNAMIC, 64], pypto.DT_FP32)):
+        pypto.set_vec_tile_shapes(8, 64)
+        for b in pypto.loop(lens.shape[0] - 1):
+            start, n = lens[b], lens[b + 1] - lens[b]
+            for j in pypto.loop(0, n, 8):
+                rows = (n - j).min(8)
+                tile = x.view([8, 64], [start + j, 0], valid_shape=[rows, 64])   # CANN's Tensor.view
+                assert tile.valid_shape == tile.shape
+                pypto.assemble(tile * (b + 1.0), [start + j, 0], out)
+
+    lens = torch.tensor([0, 5, 5, 22], dtype=torch.int32)      # lengths 5, 0, 17
+    x, out = torch.randn(22, 64), torch.zeros(22, 64)
+    f(x, lens, out)
+    scale = torch.repeat_interleave(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([5, 0, 17]))
+    close(out, x * scale[:, None])
+
+
+@pytest.mark.parametrize("backend", ["sim", "cpu"])
+def test_write_through_a_squeezed_view_and_setitem_of_a_lower_rank_value(backend):
+    @pypto.frontend.jit(backend=backend)
+    def f(s: pypto.Tensor([2, 3, 16, 32], pypto.DT_FP32), out: pypto.Tensor([2, 3, 16, 32], pypto.DT_FP32)):
+        pypto.set_vec_tile_shapes(16, 32)
+        for b in pypto.loop(2):
+            for h in pypto.loop(3):
+                st = s[b, h]                       # [16, 32], a view of s
+                st[:] = st * 2.0 + 1.0             # written through into s, as torch does
+                out[b, h] = pypto.expand_clone(st[0:1, :], (16, 32)) + st
+
+    s = torch.randn(2, 3, 16, 32)
+    s0, out = s.clone(), torch.empty(2, 3, 16, 32)
+    f(s, out)
+    new = s0 * 2 + 1
+    close(s, new)
+    close(out, new[:, :, 0:1, :] + new)
+
+
+def test_fillpad_of_a_reshape_with_valid_shape_fills_the_box():
+    @pypto.frontend.jit
+    def f(x: pypto.Tensor([pypto.DYNAMIC, 1, 32], pypto.DT_FP32), out: pypto.Tensor([pypto.DYNAMIC, 16, 32], pypto.DT_FP32)):
+        n = x.shape[0]
+        for i in pypto.loop((n + 15) // 16):
+            rows = (n - i * 16).min(16)
+            v = pypto.view(x, [16, 1, 32], [i * 16, 0, 0], valid_shape=[rows, 1, 32])
+            v2 = pypto.reshape(v, [16, 32], valid_shape=[rows, 32])
+            out[i] = pypto.fillpad(v2, "constant", -1.0)
+
+    for n in (16, 21):
+        x, out = torch.randn(n, 1, 32), torch.empty((n + 15) // 16, 16, 32)
+        f(x, out)
+        want = torch.full((((n + 15) // 16) * 16, 32), -1.0)
+        want[:n] = x[:, 0]
+        want = want.reshape(-1, 16, 32)
+        close(out, want)
+
+
+def test_cube_hint_filling_l0b_once_steps_k_in_halves_and_symbolic_vec_hint():
+    @pypto.frontend.jit
+    def f(a: pypto.Tensor((4, 64, 512), pypto.DT_FP32), b: pypto.Tensor((4, 128, 512), pypto.DT_FP32)):
+        pypto.set_cube_tile_shapes([64, 64], [128, 128], [128, 128])      # fp32 L0B once: 64 KiB
+        return pypto.matmul(a, b, pypto.DT_FP32, b_trans=True)
+    a, b = torch.randn(4, 64, 512), torch.randn(4, 128, 512)
+    close(f(a, b), a @ b.transpose(1, 2), scale=100)
+
+    @pypto.frontend.jit
+    def g(x: pypto.Tensor([pypto.DYNAMIC, 64], pypto.DT_FP32), out: pypto.Tensor([pypto.DYNAMIC, 64], pypto.DT_FP32)):
+        n = x.shape[0]
+        for i in pypto.loop((n + 15) // 16):
+            t = pypto.view(x, [16, 64], [i * 16, 0], valid_shape=[(n - i * 16).min(16), 64])
+            pypto.set_vec_tile_shapes(*t.shape)    # a tail's size hints its box: 16
+            pypto.assemble(t.exp(), [i * 16, 0], out)
+    x, out = torch.randn(20, 64), torch.empty(20, 64)
+    g(x, out)
+    close(out, x.exp())
+    (loop,) = [n for n in g.trace(x, out).nodes() if g.trace(x, out).op(n) == "loop"]
+    body = g.trace(x, out).node(loop)["attrs"]["body"]
+    assert [body.node(n)["attrs"]["vec_tile"] for n in body.nodes() if body.op(n) == "exp"] == [(16, 64)]
+
+
+def test_experimental_and_matrix_size_are_accepted():
+    pypto.experimental.set_operation_options(combine_axis=True)
+    pypto.set_matrix_size([16, 32, 64])
+    assert cann.ignored_options()[("operation_options", "combine_axis")] is True
+    assert cann.ignored_options()[("options", "matrix_size")] == [16, 32, 64]
+
+
+def test_tiling_bound_of_a_min_of_a_loop_index():
+    """passes/tiling.py _bound: min(i*t + t, n) - i*t (a tail's rows written as CANN programs write
+    them) is bounded by t; it raised sympy's PolynomialError before."""
+    import sympy
+    from pypto.passes.tiling import _Scope
+    i, n = sympy.Symbol("i", integer=True, nonnegative=True), sympy.Symbol("n", integer=True, positive=True)
+    scope = _Scope.__new__(_Scope)
+    scope.loop_vars = {i: (0, sympy.ceiling(n / 8) - 1)}
+    assert scope._bound(sympy.Min(8 * i + 8, n) - 8 * i) == 8
+    assert scope._bound(sympy.Min(8, n - 8 * i)) == 8
+    assert scope._bound(8 * i + 8) is not None

@@ -39,6 +39,7 @@ CASES = {
     "isfinite": (lambda x: (x / (x - x.round())).isfinite(), (X,)),
     "round_sign": (lambda x: (x * 3).round() + x.sign(), (X,)),
     "erf_log2": (lambda x: pypto.erf(x) * pypto.log2(x.abs() + 0.1), (X,)),
+    "erfc_expm1_trunc": (lambda x: pypto.erfc(x) + pypto.expm1(x) * pypto.trunc(x * 4.0), (X,)),
     "pow": (lambda x, y: x.abs() ** 1.5 + 2 ** x + x.abs() ** y.abs(), (X, Y)),
     "logical": (lambda x, y: ~(x > 0) | (y > 0.2) & (x < 1), (X, Y)),
     "int_arith": (lambda x: (x + 3) * 2 - x, (XI,)),
