@@ -48,6 +48,8 @@ partitions: collections.deque = collections.deque(maxlen=64)
 failures: collections.deque = collections.deque(maxlen=64)
 # seconds spent in pypto: "compile" (partitioning, probes, conversion, lowering), "run" (partition calls)
 timings: collections.Counter = collections.Counter()
+# per ATen graph received, what became of each of its ops (GraphRecord): what explain() reports
+records: collections.deque = collections.deque(maxlen=256)
 _graph_ids = itertools.count()
 
 OPTIONS = ("backend", "machine", "dump", "strict", "check", "probe", "timing_only", "trace")
@@ -90,7 +92,37 @@ def reset() -> None:
     partitions.clear()
     failures.clear()
     timings.clear()
+    records.clear()
 
+
+@dataclass
+class PartitionRecord:
+    """One pypto partition: its ATen ops, whether they run in pypto, and what compiling it cost."""
+    name: str
+    ops: list                       # the ATen ops it holds (op names), counted as in GraphRecord
+    status: str = "pypto"           # "pypto", or "eager" after a failure (compile or run time)
+    reason: str | None = None       # why it runs in eager
+    compile_s: float = 0.0          # CPU seconds converting and compiling it (process time)
+    first_run_s: float | None = None   # CPU seconds of its first call (the cpu backend builds its C++ then)
+
+
+@dataclass
+class GraphRecord:
+    """One ATen graph (forward, backward or inference) AOT autograd handed over."""
+    name: str
+    total_ops: int                  # ATen ops (call_function nodes; getitem and SymInt arithmetic not counted)
+    eager_ops: collections.Counter  # (op, why) -> how many ops of the graph pypto left in eager from the start
+    partitions: list
+
+    @property
+    def captured_ops(self) -> int:
+        return sum(len(p.ops) for p in self.partitions if p.status == "pypto")
+
+
+def counted(node) -> bool:
+    """An ATen op of the captured-fraction count: a call, not a getitem, not SymInt arithmetic."""
+    import operator
+    return node.op == "call_function" and node.target is not operator.getitem and not _is_size_math(node)
 
 # ============================================================================ the backend
 def pypto_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, mode=None, **kwargs):
@@ -161,6 +193,8 @@ def partition_and_compile(gm: torch.fx.GraphModule, name: str, opts: Options) ->
 
     counters["graphs"] += 1
     left: collections.Counter = collections.Counter()
+    record = GraphRecord(name, sum(1 for n in gm.graph.nodes if counted(n)), collections.Counter(), [])
+    records.append(record)
 
     class Support(OperatorSupportBase):
         def is_node_supported(self, submodules, node) -> bool:
@@ -169,6 +203,8 @@ def partition_and_compile(gm: torch.fx.GraphModule, name: str, opts: Options) ->
                 why = probe(node, opts.backend, opts.compile_options)
             if why is not None and node.op == "call_function" and not _is_size_math(node):
                 left[why] += 1
+                if counted(node):
+                    record.eager_ops[(str(node.target), why)] += 1
             return why is None
 
     partitioner = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=True)
@@ -184,7 +220,7 @@ def partition_and_compile(gm: torch.fx.GraphModule, name: str, opts: Options) ->
     for node in fused.graph.nodes:
         if node.op == "call_module" and node.target.startswith("pypto_"):
             sub = getattr(fused, node.target)
-            setattr(fused, node.target, compile_partition(sub, f"{name}_{node.target}", opts))
+            setattr(fused, node.target, compile_partition(sub, f"{name}_{node.target}", opts, record))
     return fused
 
 
@@ -193,9 +229,14 @@ def _is_size_math(node) -> bool:
     return isinstance(node.meta.get("val"), torch.SymInt)
 
 
-def compile_partition(sub: torch.fx.GraphModule, name: str, opts: Options) -> torch.nn.Module:
+def compile_partition(sub: torch.fx.GraphModule, name: str, opts: Options,
+                      graph_record: GraphRecord | None = None) -> torch.nn.Module:
     from .fx.convert import convert
     dump = None
+    record = PartitionRecord(name, [str(n.target) for n in sub.graph.nodes if counted(n)])
+    if graph_record is not None:
+        graph_record.partitions.append(record)
+    start = time.process_time()
     try:
         conv = convert(sub, name)
         dump = open_tensor_dump(conv.graph, opts.dump, level=DUMP_LEVEL)
@@ -205,15 +246,18 @@ def compile_partition(sub: torch.fx.GraphModule, name: str, opts: Options) -> to
     except Exception as e:
         if dump is None:
             _dump_unconverted(opts.dump, name, sub)
+        record.status, record.reason = "eager", _why(e)
+        record.compile_s = time.process_time() - start
         if opts.strict:
             raise
         counters["fallbacks"] += 1
         failures.append((name, _why(e)))
         log.warning("pypto: partition %s runs in eager: %s", name, _why(e))
         return sub
+    record.compile_s = time.process_time() - start
     counters["partitions"] += 1
     log.debug("pypto: compiled %s on %s:\n%s", name, opts.backend, conv.graph)
-    part = PyptoPartition(name, sub, conv, compiled, opts)
+    part = PyptoPartition(name, sub, conv, compiled, opts, record)
     partitions.append(part)
     return part
 
@@ -235,19 +279,21 @@ def _dump_unconverted(root, name, sub) -> None:
 class PyptoPartition(torch.nn.Module):
     """One partition compiled by pypto; runs its eager FX module instead once pypto has failed on it."""
 
-    def __init__(self, name, eager: torch.fx.GraphModule, conv, compiled, opts: Options):
+    def __init__(self, name, eager: torch.fx.GraphModule, conv, compiled, opts: Options, record=None):
         super().__init__()
         self.name, self.eager, self.conv, self.compiled, self.opts = name, eager, conv, compiled, opts
+        self.record = record or PartitionRecord(name, [str(n.target) for n in eager.graph.nodes if counted(n)])
         self.last_report = None
         self.checked_sizes: set = set()      # size bindings already compared with eager
 
     def forward(self, *args):
         if self.compiled is None:
             return self.eager(*args)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         try:
             result = self._run(args)
         except Exception as e:
+            self.record.status, self.record.reason = "eager", "at run time: " + _why(e)
             if self.opts.strict:
                 raise
             counters["run_fallbacks"] += 1
@@ -258,6 +304,8 @@ class PyptoPartition(torch.nn.Module):
             return self.eager(*args)
         finally:
             timings["run"] += time.perf_counter() - start
+            if self.record.first_run_s is None:
+                self.record.first_run_s = time.process_time() - cpu_start
         counters["runs"] += 1
         return result
 
@@ -305,3 +353,84 @@ class PyptoPartition(torch.nn.Module):
                 err = (got.float() - want.float()).abs().nan_to_num(nan=float("inf")).max().item()
                 raise PyptoError(f"output {k} differs from eager by {err:.3g} on {self.compiled.backend} "
                                  f"(shape {list(got.shape)}, {got.dtype})")
+
+
+# ============================================================================ explain
+@dataclass
+class Explanation:
+    """What ``explain`` found: every ATen graph pypto received, its partitions and its eager ops."""
+    graphs: list                    # GraphRecord per ATen graph (forward, backward, inference)
+    dynamo_graphs: int              # graphs dynamo captured (more than one: a graph break or a recompile)
+    wall_s: float                   # the call(s), compilation included
+
+    @property
+    def total_ops(self) -> int:
+        return sum(g.total_ops for g in self.graphs)
+
+    @property
+    def captured_ops(self) -> int:
+        return sum(g.captured_ops for g in self.graphs)
+
+    @property
+    def captured(self) -> float:
+        """The fraction of ATen ops that run in pypto."""
+        return self.captured_ops / self.total_ops if self.total_ops else 0.0
+
+    @property
+    def partitions(self) -> list:
+        return [p for g in self.graphs for p in g.partitions]
+
+    @property
+    def fallbacks(self) -> list:
+        """(partition, why) for each partition that runs in eager after a pypto failure."""
+        return [(p.name, p.reason) for p in self.partitions if p.status != "pypto"]
+
+    @property
+    def run_fallbacks(self) -> int:
+        return sum(1 for p in self.partitions if p.status != "pypto" and (p.reason or "").startswith("at run time"))
+
+    @property
+    def eager_ops(self) -> collections.Counter:
+        """(op, why) -> count: ops pypto left in eager from the start (no rule, or the lowering lacks it)."""
+        out: collections.Counter = collections.Counter()
+        for g in self.graphs:
+            out.update(g.eager_ops)
+        return out
+
+    def __str__(self) -> str:
+        lines = [f"pypto: {self.captured_ops}/{self.total_ops} ATen ops in pypto ({self.captured:.1%}), "
+                 f"{len(self.graphs)} ATen graph(s) from {self.dynamo_graphs} dynamo graph(s), "
+                 f"{sum(p.status == 'pypto' for p in self.partitions)} partition(s) in pypto, "
+                 f"{len(self.fallbacks)} fallback(s) ({self.run_fallbacks} at run time)"]
+        for g in self.graphs:
+            lines.append(f"  {g.name}: {g.captured_ops}/{g.total_ops} ops in pypto")
+            for p in g.partitions:
+                first = "" if p.first_run_s is None else f", first run {p.first_run_s:.2f}s"
+                state = "pypto" if p.status == "pypto" else f"EAGER: {p.reason}"
+                lines.append(f"    {p.name}: {len(p.ops)} ops, compile {p.compile_s:.2f}s{first} -> {state}")
+            for (op, why), k in sorted(g.eager_ops.items()):
+                lines.append(f"    eager x{k} {op}: {why}")
+        return "\n".join(lines)
+
+
+def explain(model, *args, options: dict | None = None, dynamic: bool | None = None, backward: bool = False,
+            **kwargs) -> Explanation:
+    """Like ``torch._dynamo.explain``: compile ``model`` with ``backend="pypto"`` (fresh: dynamo and
+    pypto's records are reset), call it once on ``args``/``kwargs`` (and, with ``backward=True``,
+    backpropagate the sum of its floating outputs) and report the partitions, the captured vs total ATen
+    ops, each fallback with its reason and each partition's compile time."""
+    torch._dynamo.reset()
+    reset()
+    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    compiled = torch.compile(model, backend="pypto", dynamic=dynamic, options=options)
+    start = time.perf_counter()
+    out = compiled(*args, **kwargs)
+    if backward:
+        leaves = [t for t in torch.utils._pytree.tree_leaves(out)
+                  if isinstance(t, torch.Tensor) and t.requires_grad and t.is_floating_point()]
+        if not leaves:
+            raise PyptoError("explain(backward=True): the model returned no floating tensor that requires grad")
+        sum(t.float().sum() for t in leaves).backward()
+    wall = time.perf_counter() - start
+    dynamo_graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"] - before
+    return Explanation(list(records), dynamo_graphs, wall)
