@@ -92,10 +92,9 @@ class GlobalMemory:
         base = 2 * n_tiles
         if len(shape) == 2:
             return vals[base] * shape[1] + vals[base + 1]
-        lin, stride = 0, 1
-        for o, d in zip(reversed(vals[base:base + len(shape)]), reversed(shape)):
-            lin += o * stride
-            stride *= d
+        lin = vals[base]                      # Horner: ((o0 * d1 + o1) * d2 + o2) ...
+        for i in range(1, len(shape)):
+            lin = lin * shape[i] + vals[base + i]
         return lin
 
     @staticmethod
@@ -273,6 +272,8 @@ class GlobalMemory:
                 lin = vals[b]
             elif rank == 2:
                 lin = vals[b] * shape[1] + vals[b + 1]
+            elif rank == 3:
+                lin = (vals[b] * shape[1] + vals[b + 1]) * shape[2] + vals[b + 2]
             else:
                 lin = self._linear(vals, n_tiles, shape)
             start = loc[1] + lin * itemsize
