@@ -18,7 +18,9 @@ Options (``torch.compile(..., options={...})``):
   check        compare each partition with eager the first time it runs at each size (default: on for
                the lowered backends, off for reference); a mismatch logs and falls back to eager
   probe        on a lowered backend, compile each kind of ATen node alone first and keep those its
-               lowering cannot compile in eager (default True; see pypto/fx/probe.py)
+               lowering cannot compile in eager (default False: support is decided from the rules and
+               each partition is compiled once; only a partition that fails to compile has its nodes
+               probed, and is split around those that fail alone; see pypto/fx/probe.py)
   timing_only, trace   passed to the runtime, as in pypto.jit
 """
 from __future__ import annotations
@@ -64,7 +66,7 @@ class Options:
     dump: str | None = None
     strict: bool = False
     check: bool | None = None       # None: on for lowered backends
-    probe: bool = True
+    probe: bool = False
     timing_only: bool = False
     trace: str | None = None
 
@@ -183,18 +185,21 @@ def _decompositions(extra: tuple) -> dict:
 
 
 # ============================================================================ partitioning
-def partition_and_compile(gm: torch.fx.GraphModule, name: str, opts: Options) -> torch.fx.GraphModule:
+def partition_and_compile(gm: torch.fx.GraphModule, name: str, opts: Options, record: GraphRecord | None = None,
+                          retry: bool = True) -> torch.fx.GraphModule:
     """Cut ``gm`` into pypto partitions and eager ops; compile each partition. Returns ``gm`` with every
-    partition replaced by a submodule that runs it through pypto (or in eager after a failure)."""
+    partition replaced by a submodule that runs it through pypto (or in eager after a failure).
+    ``record``: the GraphRecord of the graph ``gm`` is a piece of (a partition being split again)."""
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.operator_support import OperatorSupportBase
     from .fx.rules import is_compute, unsupported_reason
     from .fx.probe import probe
 
-    counters["graphs"] += 1
     left: collections.Counter = collections.Counter()
-    record = GraphRecord(name, sum(1 for n in gm.graph.nodes if counted(n)), collections.Counter(), [])
-    records.append(record)
+    if record is None:
+        counters["graphs"] += 1
+        record = GraphRecord(name, sum(1 for n in gm.graph.nodes if counted(n)), collections.Counter(), [])
+        records.append(record)
 
     class Support(OperatorSupportBase):
         def is_node_supported(self, submodules, node) -> bool:
@@ -220,7 +225,7 @@ def partition_and_compile(gm: torch.fx.GraphModule, name: str, opts: Options) ->
     for node in fused.graph.nodes:
         if node.op == "call_module" and node.target.startswith("pypto_"):
             sub = getattr(fused, node.target)
-            setattr(fused, node.target, compile_partition(sub, f"{name}_{node.target}", opts, record))
+            setattr(fused, node.target, compile_partition(sub, f"{name}_{node.target}", opts, record, retry))
     return fused
 
 
@@ -230,7 +235,7 @@ def _is_size_math(node) -> bool:
 
 
 def compile_partition(sub: torch.fx.GraphModule, name: str, opts: Options,
-                      graph_record: GraphRecord | None = None) -> torch.nn.Module:
+                      graph_record: GraphRecord | None = None, retry: bool = False) -> torch.nn.Module:
     from .fx.convert import convert
     dump = None
     record = PartitionRecord(name, [str(n.target) for n in sub.graph.nodes if counted(n)])
@@ -248,6 +253,10 @@ def compile_partition(sub: torch.fx.GraphModule, name: str, opts: Options,
             _dump_unconverted(opts.dump, name, sub)
         record.status, record.reason = "eager", _why(e)
         record.compile_s = time.process_time() - start
+        if retry and not opts.strict:
+            split = _split_around_probes(sub, name, opts, graph_record, record)
+            if split is not None:
+                return split
         if opts.strict:
             raise
         counters["fallbacks"] += 1
@@ -260,6 +269,24 @@ def compile_partition(sub: torch.fx.GraphModule, name: str, opts: Options,
     part = PyptoPartition(name, sub, conv, compiled, opts, record)
     partitions.append(part)
     return part
+
+
+def _split_around_probes(sub, name, opts: Options, graph_record, record):
+    """A partition that failed to compile: probe its nodes (each compiled alone, pypto/fx/probe.py) and,
+    when some fail alone, partition it again without them (each piece compiled once). None when no
+    node fails alone (the failure is the combination: the whole partition runs in eager)."""
+    from dataclasses import replace
+    from .fx.probe import probe
+    if opts.backend == "reference":
+        return None
+    bad = [n for n in sub.graph.nodes if n.op == "call_function" and probe(n, opts.backend, opts.compile_options)]
+    if not bad:
+        return None
+    log.info("pypto: partition %s did not compile (%s); split around %d op(s) that do not compile alone",
+             name, record.reason, len(bad))
+    if graph_record is not None:
+        graph_record.partitions.remove(record)
+    return partition_and_compile(sub, name, replace(opts, probe=True), graph_record, retry=False)
 
 
 def _why(e: Exception) -> str:

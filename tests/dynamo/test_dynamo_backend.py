@@ -171,7 +171,8 @@ def test_wrong_result_from_a_backend_is_caught_by_check(monkeypatch, caplog):
     assert pd.counters["run_fallbacks"] == 1 and "differs from eager" in caplog.text
 
 
-def test_probe_keeps_ops_a_lowering_lacks_in_eager(monkeypatch, caplog):
+@pytest.mark.parametrize("probe_first", [False, True], ids=["split-on-failure", "probe-first"])
+def test_probe_keeps_ops_a_lowering_lacks_in_eager(monkeypatch, caplog, probe_first):
     """On a lowered backend each kind of node is compiled alone first; one the lowering rejects stays
     in eager and the rest still runs through pypto (here a fake 'sim' that cannot lower tanh)."""
     import pypto.fx.probe as probe
@@ -188,10 +189,30 @@ def test_probe_keeps_ops_a_lowering_lacks_in_eager(monkeypatch, caplog):
         return torch.sigmoid(torch.tanh(x.exp() + 1) * 3)
     x = torch.randn(4, 8)
     with caplog.at_level(logging.INFO, logger="pypto.dynamo"):
-        torch.testing.assert_close(_compile(f, backend="sim", check=False)(x), f(x))
+        torch.testing.assert_close(_compile(f, backend="sim", check=False, probe=probe_first)(x), f(x))
     assert pd.counters["partitions"] == 2 and pd.counters["eager_ops"] == 1 and not pd.failures
     assert "sim lowering: no tanh on this machine" in caplog.text
+    e = pd.Explanation(list(pd.records), 1, 0.0)
+    assert [p.status for p in e.partitions] == ["pypto", "pypto"] and e.captured_ops == e.total_ops - 1
     probe.clear()
+
+
+def test_one_compilation_per_partition(monkeypatch):
+    """By default support is decided from the rules: no node is compiled alone, each partition once."""
+    import pypto.fx.probe as probe
+    probe.clear()
+    calls = []
+    real_compile = pypto.backends.compile_graph
+
+    def counting(graph, backend, options):
+        calls.append(graph.name)
+        return real_compile(graph, "reference", options)
+    monkeypatch.setattr(pypto.backends, "compile_graph", counting)
+    model = WithUnsupportedOp().eval()
+    x = torch.randn(3, 4, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(_compile(model, backend="sim", check=False)(x), model(x), rtol=1e-5, atol=1e-5)
+    assert pd.counters["partitions"] == 2 and len(calls) == 2 and not any(c.startswith("probe") for c in calls)
 
 
 def _symbolic_graph():
