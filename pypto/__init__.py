@@ -10,7 +10,8 @@ import importlib as _importlib
 from pathlib import Path as _Path
 
 from .dtypes import (DataType, float16, bfloat16, float32, int8, int16, int32, int64, uint8, bool_, half,
-                     DT_FP16, DT_BF16, DT_FP32, DT_INT8, DT_INT16, DT_INT32, DT_INT64, DT_UINT8, DT_BOOL)
+                     DT_FP16, DT_BF16, DT_FP32, DT_INT8, DT_INT16, DT_INT32, DT_INT64, DT_UINT8, DT_BOOL,
+                     DT_UINT16, DT_UINT32, DT_UINT64)
 from .errors import (PyptoError, ShapeError, DTypeError, TypeMismatchError, SymbolicError, TilingError,
                      CompileError, SimError, BackendUnavailableError, UnsupportedOpError, NoSuchMethodError,
                      IndexOutOfRangeError)

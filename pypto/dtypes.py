@@ -46,6 +46,11 @@ SHORT_NAMES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "int8": "
 DT_FP16, DT_BF16, DT_FP32 = float16, bfloat16, float32
 DT_INT8, DT_INT16, DT_INT32, DT_INT64, DT_UINT8, DT_BOOL = int8, int16, int32, int64, uint8, bool_
 half = float16
+# CANN's wider unsigned types, so that its programs' dtype tables load: names only, outside ALL (no
+# argument, no op of pypto takes them: from_torch refuses their torch dtypes)
+DT_UINT16 = DataType("uint16", torch.uint16, 2, "uint16_t")
+DT_UINT32 = DataType("uint32", torch.uint32, 4, "uint32_t")
+DT_UINT64 = DataType("uint64", torch.uint64, 8, "uint64_t")
 
 _BY_TORCH = {d.torch_dtype: d for d in ALL}
 _BY_NAME = {d.name: d for d in ALL} | {SHORT_NAMES[d.name]: d for d in ALL}

@@ -72,9 +72,8 @@ class loop:
             raise PyptoError(f"pypto.loop step must be positive, found {step}", loc=self.loc)
         self.start, self.stop, self.step = sym.simplify(start), sym.simplify(stop), sym.simplify(step)
         self.name = name or idx_name
-        if parallel:            # CANN's promise that iterations are independent: pypto finds that itself
-            ignored_hints.append((self.loc, "parallel=True: pypto orders a loop's iterations by their "
-                                            "data dependencies (hint ignored)"))
+        if parallel:            # CANN's promise that iterations are independent: pypto orders them by their data
+            cann.note_ignored("loop_options", {"parallel": bool(parallel)})
         if unroll_list is not None:     # pypto does not unroll pypto.loop bodies by a list of factors
             cann.note_ignored("loop_options", {"unroll_list": list(unroll_list)})
 

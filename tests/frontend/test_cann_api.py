@@ -412,3 +412,14 @@ def test_tiling_bound_of_a_min_of_a_loop_index():
     assert scope._bound(sympy.Min(8 * i + 8, n) - 8 * i) == 8
     assert scope._bound(sympy.Min(8, n - 8 * i)) == 8
     assert scope._bound(8 * i + 8) is not None
+
+
+def test_loop_parallel_is_accepted_and_listed_as_ignored():
+    @pypto.frontend.jit
+    def f(x: pypto.Tensor([4, 64], pypto.DT_FP32), out: pypto.Tensor([4, 64], pypto.DT_FP32)):
+        for i in pypto.loop(4, name="L", idx_name="i", parallel=True):
+            out[i:i + 1, :] = x[i:i + 1, :] + 1.0
+    x, out = torch.randn(4, 64), torch.empty(4, 64)
+    f(x, out)
+    close(out, x + 1)
+    assert cann.ignored_options()[("loop_options", "parallel")] is True
