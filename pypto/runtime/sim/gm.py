@@ -28,7 +28,10 @@ frozenset), the lines it covers only in part, the pairs (such a line, the bitmas
 covers in it), how many sectors it covers in all, and what ``fresh`` knows it by: its lines when it has
 no part lines, else an int (one contiguous byte range: its lines and end masks packed) or a tuple of
 frozensets (cached with the box). Keys that are not containers keep the garbage collector's work and
-the hashing per access what they were before sectors.
+the hashing per access what they were before sectors. An instruction's access comes through ``move``: a box
+inside one line (most of a Tensor-level program's: one row of a head) goes to ``access_line``, which builds
+no box and keeps no ``fresh`` entry (for one line the state says it directly) and changes the L2 exactly as
+``access`` of that box does (tests/runtime/sim/test_sim_l2.py compares the two).
 """
 from __future__ import annotations
 
