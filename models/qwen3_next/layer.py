@@ -6,6 +6,11 @@
     o         = gated delta rule(l2norm(q), l2norm(k), v, g, beta)       (chunked; recurrent for decode)
     y         = out_proj(RMSNorm(o) * norm.weight * SiLU(z))
 
+The chunked rule (prefill) is the Professional-mode kernel ``pro_kernels`` called as one node of the traced
+forward on sim and cpu where ``pro_kernels.supports`` accepts the layer's dims, chunk size and dtype; else,
+and on the reference backend (whose oracle they are) and for decode, the Tensor-level kernels of
+``kernels``. ``layer.core_impl`` is ("pro", None) or ("tensor", why) for the last call; ``impl=`` forces one.
+
 HuggingFace fuses the projections into ``in_proj_qkvz`` / ``in_proj_ba`` with a grouped per-key-head
 row order. This module keeps them de-interleaved (``in_proj_qkv`` whose rows are already in the conv's
 channel order q | k | v, ``in_proj_z``, ``in_proj_b``, ``in_proj_a``), so the projections produce
@@ -44,9 +49,10 @@ class Qwen3NextGatedDeltaNet(nn.Module):
         if impl not in (None, "pro", "tensor"):
             raise ValueError(f"impl must be 'pro', 'tensor' or None, got {impl!r}")
         # the prefill core: None = the pl kernel (pro_kernels) as one graph node where it supports the
-        # layer (_pro_unsupported), else the Tensor-level kernels; core_impl says which the last trace took
+        # layer (_pro_unsupported), else the Tensor-level kernels; core_impl says which the last call took
         self.impl = impl
-        self.core_impl = None
+        self._core_by_mode: dict = {}        # "prefill" | "decode" -> (impl, why), recorded when traced
+        self._last_mode = "prefill"
         c = self.config = config or Qwen3NextGDNConfig()
         self.chunk_size = chunk_size
         self.per_head = per_head            # kernels' head layout; None: chosen by the backend
@@ -61,6 +67,11 @@ class Qwen3NextGatedDeltaNet(nn.Module):
         self.A_log = nn.Parameter(torch.zeros(c.linear_num_value_heads))
         self.norm = nn.RMSNorm(c.linear_value_head_dim, eps=c.rms_norm_eps, dtype=dtype)
         self.out_proj = nn.Linear(c.value_dim, hid, bias=False, dtype=dtype)
+
+    @property
+    def core_impl(self):
+        """("pro", None) when the last call's core ran on the pl kernel node, else ("tensor", why)."""
+        return self._core_by_mode.get(self._last_mode)
 
     # ------------------------------------------------------------------ weights
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
@@ -114,10 +125,13 @@ class Qwen3NextGatedDeltaNet(nn.Module):
 
     def __call__(self, hidden_states, cache: Optional[GDNCache] = None):
         if is_tracing() or cache is None:
+            if not is_tracing():
+                self._last_mode = "prefill"
             return super().__call__(hidden_states)
         c = self.config
         B, T = hidden_states.shape[0], hidden_states.shape[1]
         decode = cache.has_state and T == 1
+        self._last_mode = "decode" if decode else "prefill"
         if not cache.has_state:                    # an empty cache starts from zero history and state
             cache.conv_state = torch.zeros(B, c.conv_dim, c.linear_conv_kernel_dim - 1, dtype=hidden_states.dtype)
             cache.recurrent_state = torch.zeros(B, c.linear_num_value_heads, c.linear_key_head_dim,
@@ -158,7 +172,7 @@ class Qwen3NextGatedDeltaNet(nn.Module):
         o = pypto.zeros(B, T, HV * V, dtype=x.dtype)
         why = "decode: the recurrent rule has no Professional-mode kernel yet" if decode else \
             self._pro_unsupported(x.dtype)
-        self.core_impl = ("pro", None) if why is None else ("tensor", why)
+        self._core_by_mode["decode" if decode else "prefill"] = ("pro", None) if why is None else ("tensor", why)
         if why is None:
             self._pro_core(y, g, beta, state, o, B, T)
         else:

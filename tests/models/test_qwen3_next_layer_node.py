@@ -49,6 +49,8 @@ def test_prefill_with_a_cache_updates_the_state_through_the_node_then_decodes():
         assert layer.core_impl[0] == impl, s
         assert rel_err(y, gated_deltanet_layer_ref(x[:, s], weights, cfg, cache=cache_ref)) <= 1e-5, s
     assert "decode" in layer.core_impl[1]
+    layer(x[:, :30], GDNCache())                 # a prefill again (its trace cached): the record follows the call
+    assert layer.core_impl == ("pro", None)
     assert rel_err(cache.recurrent_state, cache_ref.recurrent_state) <= 1e-5
     assert rel_err(cache.conv_state, cache_ref.conv_state) <= 1e-5
 
