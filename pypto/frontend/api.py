@@ -373,6 +373,14 @@ def _write(dst: Tensor, offsets: tuple, src: Tensor) -> None:
         _rebind(dst, emit("assemble", [dst, src], {"offsets": offsets}))
 
 
+def _box_of(t: Tensor):
+    """The box (``tile_shape``) of a CANN-style view or valid-shape reshape, else None."""
+    t = fresh(t)
+    if t._graph.op(t._node) not in ("view", "reshape"):
+        return None
+    return t._graph.node(t._node)["attrs"].get("tile_shape")
+
+
 def _non_unit(shape) -> list:
     return [d for d in shape if not (isinstance(d, int) and d == 1)]
 
@@ -409,6 +417,13 @@ def setitem(x, idx, value) -> None:
     value = as_tensor(value, "setitem", "value")
     if value.dtype != x.dtype:
         value = cast(value, x.dtype)
+    box = _box_of(value)
+    if tuple(value.shape) != tuple(sizes) and box is not None and len(box) == len(sizes) and \
+            all(sym.equal(a, b) is True for a, b in zip(box, sizes)):
+        # CANN: a view whose box is the target's, with a smaller valid shape, writes its valid region
+        # (at the box's origin); the rest of the target keeps its values
+        _write(x, tuple(offsets), value)
+        return
     if tuple(value.shape) != tuple(sizes):
         with _hints.inserted():         # the front end's reshape / broadcast, not an op the user hinted
             if _unit_dims_only(value.shape, sizes):

@@ -423,3 +423,19 @@ def test_loop_parallel_is_accepted_and_listed_as_ignored():
     f(x, out)
     close(out, x + 1)
     assert cann.ignored_options()[("loop_options", "parallel")] is True
+
+
+@pytest.mark.parametrize("backend", ["sim", "cpu"])
+def test_writing_a_view_into_its_box_writes_its_valid_region(backend):
+    @pypto.frontend.jit(backend=backend)
+    def f(x: pypto.Tensor([], pypto.DT_FP32), out: pypto.Tensor([], pypto.DT_FP32), rows: int):
+        pypto.set_vec_tile_shapes(8, 8)
+        out[:] = pypto.view(x, [4, 8], [1, 8], valid_shape=[rows, 8])
+
+    x = torch.randn(6, 16)
+    for rows in (2, 4):
+        out = torch.full((4, 8), 7.0)
+        f(x, out, rows)
+        want = torch.full((4, 8), 7.0)
+        want[:rows] = x[1:1 + rows, 8:]
+        close(out, want)
