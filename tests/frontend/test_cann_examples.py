@@ -35,7 +35,11 @@ EXAMPLES = {
     "examples/01_beginner/compute/reduce_ops.py": (None, {}, False),
     "examples/01_beginner/tiling/tiling_config.py": (None, {}, False),
     "examples/01_beginner/transform/add_scalar_loop_view_assemble.py": (None, {}, False),
-    "examples/01_beginner/transform/transform_ops.py": (None, {}, False),
+    "examples/01_beginner/transform/transform_ops.py": (None, {
+        "test_scatter": "pypto has no scatter op",
+        "test_scatter_update": "pypto has no scatter op",
+        "test_cast": "set_vec_tile_shapes(8) on fp16: pypto refuses a 16-byte tile row (32-byte alignment)",
+    }, False),
     "examples/02_intermediate/basic_nn/ffn/ffn_module.py": (None, {}, False),
     "examples/02_intermediate/basic_nn/layer_normalization/layer_norm.py": (None, {}, False),
     "examples/02_intermediate/controlflow/condition/condition.py": (None, {}, False),
@@ -49,7 +53,11 @@ EXAMPLES = {
     "examples/03_advanced/patterns/function/multi_jit.py": (None, {}, False),
     # the Qwen3-Next GDN kernel: its smallest published case (T = 1026, one sequence); the others are
     # 4k to 1M tokens
-    "models/qwen3_next/qwen3_next_gated_delta_rule.py": (["test_b1_nqk2_nv4_s1026"], {}, True),
+    "models/qwen3_next/qwen3_next_gated_delta_rule.py": (["test_b1_nqk2_nv4_s1026"], {
+        "test_b1_nqk2_nv4_s1026": "a tail view's shape is its valid shape in pypto: tril [128, 128] @ "
+                                  "gate_view [min(128, s - s_idx), 1] is a K mismatch where CANN multiplies "
+                                  "the [128, 1] box",
+    }, True),
 }
 
 
