@@ -118,6 +118,8 @@ def dtype_of(t) -> dtypes.DataType:
 
 def is_f64_scalar(t) -> bool:
     """A 0-d float64 tensor: how dynamo passes a Python float it does not specialise (a module's eps
-    under dynamic=True). pypto has no float64: such a value enters a partition rounded to float32, and
-    only the conversions that round it to float32 anyway may take it (F64_SCALAR_OPS)."""
+    under dynamic=True), or a float64 scalar constant a model builds (GPT-2's attention scale,
+    sqrt(full([], d, dtype=float64))). pypto has no float64: such a value is computed in float32 (folded
+    to the compute dtype, as inductor does: the ops it meets round it to float32 anyway, since a 0-d
+    tensor does not promote a float32 one) and handed back as float64 when a partition returns it."""
     return isinstance(t, torch.Tensor) and t.dtype == torch.float64 and t.dim() == 0

@@ -58,7 +58,8 @@ class NodeContext:
         vals = [_SYMBOLIC_AS_NUMBER.get(type(v), v) for v in vals]
         vals = [v for v in vals if isinstance(v, (torch.Tensor, int, float, bool))]
         if len(vals) == 2:
-            return dtypes.from_torch(torch.result_type(*vals))
+            dt = torch.result_type(*vals)
+            return dtypes.float32 if dt == torch.float64 else dtypes.from_torch(dt)    # 0-d float64: see is_f64_scalar
         raise ConversionError(f"{self.node.name}: cannot tell torch's computation dtype from {self.node.args}")
 
 
@@ -607,7 +608,6 @@ RULES[aten._softmax.default] = _softmax("softmax")
 RULES[aten._log_softmax.default] = _softmax("log_softmax")
 RULES[aten.native_layer_norm.default] = Rule(_layer_norm, needs=("layer_norm", "mean", "sub", "mul", "add",
                                                                   "rsqrt"))
-F64_SCALAR_OPS = (aten._to_copy.default, prims.convert_element_type.default)
 # ops torch can decompose for us when pypto lacks them (see dynamo.decompositions)
 DECOMPOSABLE = (aten._softmax.default, aten._log_softmax.default, aten.native_layer_norm.default,
                 aten.addmm.default, aten.var.correction)
@@ -657,7 +657,7 @@ def unsupported_reason(node: torch.fx.Node) -> str | None:
         for t in _tensor_vals(v):
             if t.device.type != "cpu":
                 return f"tensor on {t.device}"
-            if is_f64_scalar(t) and node.target in F64_SCALAR_OPS:
+            if is_f64_scalar(t):      # computed in float32 (fx/meta.is_f64_scalar)
                 continue
             if t.layout != torch.strided or t.dtype not in dtypes._BY_TORCH:
                 return f"{t.dtype}/{t.layout} tensor"

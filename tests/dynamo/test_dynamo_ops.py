@@ -55,12 +55,20 @@ def new_rules(x, ids, m):
     return y, flags, picked, torch.true_divide(x, x.abs() + 1), m.any(-1), (m | (x > 0)).all()
 
 
+def f64_constants(x):
+    """float64 0-d constants (GPT-2's attention scale) are folded to float32, as inductor does."""
+    scale = torch.full([], x.size(-1) ** 0.5, dtype=torch.float64)
+    half = torch.scalar_tensor(0.5, dtype=torch.float64)
+    return x / scale.sqrt() + x * half.exp(), torch.true_divide(x, scale) - half
+
+
 CASES = {
     "elementwise": (elementwise, lambda: (torch.randn(5, 6), torch.randn(5, 6))),
     "integers_and_bools": (integers_and_bools, lambda: (torch.randint(-4, 6, (4, 5)), torch.randint(-4, 6, (4, 5)),
                                                         torch.randn(4, 5) * 4)),
     "views": (views, lambda: (torch.randn(4, 5, 8),)),
     "reductions": (reductions, lambda: (torch.randn(5, 8), torch.randint(0, 5, (6,)))),
+    "f64_constants": (f64_constants, lambda: (torch.randn(4, 8),)),
     "new_rules": (new_rules, lambda: (torch.randn(5, 8), torch.tensor([0, 4, 2, -1, 3]), torch.rand(5, 8) > 0.8)),
 }
 
