@@ -11,6 +11,15 @@ lowering cannot compile them yet). err = max |pypto - eager| over the output.
     python benchmarks/bench_dynamo.py                         # every backend that exists here
     python benchmarks/bench_dynamo.py --backends reference sim --seq 16 64 --dtype bf16
     python benchmarks/bench_dynamo.py --json bench_results/dynamo.json
+
+--hf: the tiny random-weight transformers models instead (Llama, Qwen3, Mistral, BERT, T5, GPT-2;
+tests/dynamo/hf_models.py; skipped with the reason when transformers is missing), dynamic=True, batch 2:
+per model and backend the captured fraction (ATen ops inside pypto partitions that compiled and ran,
+over every ATen op of the graphs pypto received, SymInt arithmetic and getitem not counted), run-time
+fallbacks, first-call CPU seconds (process time of this process plus its children, i.e. g++ on cpu;
+PYPTO_CACHE_DIR set to a fresh folder makes the cpu backend build from scratch), warm call vs eager.
+
+    python benchmarks/bench_dynamo.py --hf --backends sim cpu --models llama gpt2
 """
 from __future__ import annotations
 
@@ -82,8 +91,105 @@ def measure(backend, model, xs, repeat, dynamic, eager_out, eager_s) -> dict:
     return row
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process and its finished children (the cpu backend's g++)."""
+    import resource
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _counted(n) -> bool:
+    import operator
+    return n.op == "call_function" and n.target is not operator.getitem and not isinstance(
+        n.meta.get("val"), torch.SymInt)
+
+
+def measure_hf(name, backend, seqs, batch, repeat) -> dict:
+    """One tiny transformers model through torch.compile(backend='pypto', dynamic=True)."""
+    import hf_models
+    torch._dynamo.reset()
+    pd.reset()
+    model = hf_models.build(name)
+    totals = []
+    real = pd.partition_and_compile
+
+    def counting(gm, gname, opts):
+        totals.append(sum(1 for n in gm.graph.nodes if _counted(n)))
+        return real(gm, gname, opts)
+    pd.partition_and_compile = counting
+    try:
+        compiled = torch.compile(model, backend="pypto", dynamic=True, options={"backend": backend})
+        row = {"model": name, "backend": backend}
+        errs = []
+        with torch.no_grad():
+            start = _cpu_s()
+            for k, t in enumerate(seqs):
+                inp = hf_models.inputs(name, batch, t)
+                got = hf_models.main_output(compiled(**inp))
+                if k == 0:
+                    row["first_call_cpu_s"] = _cpu_s() - start
+                errs.append((got.float() - hf_models.main_output(model(**inp)).float()).abs().max().item())
+            inp = hf_models.inputs(name, batch, seqs[0])
+            row["eager_ms"] = 1e3 * _median_s(lambda i: model(**i), inp, repeat)
+            row["run_ms"] = 1e3 * _median_s(lambda i: compiled(**i), inp, repeat)
+    finally:
+        pd.partition_and_compile = real
+    live = [p for p in pd.partitions if p.compiled is not None]
+    row["total_ops"] = sum(totals)
+    row["captured_ops"] = sum(sum(1 for n in p.eager.graph.nodes if _counted(n)) for p in live)
+    row["captured"] = row["captured_ops"] / max(row["total_ops"], 1)
+    row["graphs"] = pd.counters["graphs"]
+    row["partitions"] = len(live)
+    row["fallbacks"] = pd.counters["fallbacks"]
+    row["run_fallbacks"] = pd.counters["run_fallbacks"]
+    row["err"] = max(errs)
+    row["failures"] = [why for _, why in pd.failures]
+    return row
+
+
+def main_hf(args):
+    import hf_models
+    why = hf_models.unavailable()
+    console = Console(width=max(Console().width, 150))
+    if why:
+        console.print(f"[dim]skipped: {why}[/dim]")
+        return
+    rows = []
+    for name in args.models:
+        for b in args.backends:
+            why = backend_unavailable(b)
+            if why:
+                console.print(f"[dim]skipped {b}: {why}[/dim]")
+                continue
+            rows.append(measure_hf(name, b, args.seq, args.batch, args.repeat))
+            r = rows[-1]
+            print(f"{name} {b}: captured {r['captured']:.1%} ({r['captured_ops']}/{r['total_ops']}), "
+                  f"first call {r['first_call_cpu_s']:.1f} CPU s, graphs {r['graphs']}, "
+                  f"fallbacks {r['fallbacks']}+{r['run_fallbacks']} at run time", flush=True)
+    t = Table(title=f"torch.compile(backend='pypto', dynamic=True) on tiny transformers models, batch "
+                    f"{args.batch}, lengths {args.seq}")
+    for col in ("model", "backend", "captured", "ops (pypto/all)", "graphs", "partitions", "fallbacks",
+                "run-time fallbacks", "first call (CPU s)", "warm (ms)", "vs eager", "max err"):
+        t.add_column(col, justify="left" if col in ("model", "backend") else "right")
+    for r in rows:
+        t.add_row(r["model"], r["backend"], f"{r['captured']:.1%}", f"{r['captured_ops']}/{r['total_ops']}",
+                  str(r["graphs"]), str(r["partitions"]), str(r["fallbacks"]), str(r["run_fallbacks"]),
+                  f"{r['first_call_cpu_s']:.1f}", f"{r['run_ms']:.2f}", f"{r['run_ms'] / r['eager_ms']:.2f}",
+                  f"{r['err']:.1e}")
+    console.print(t)
+    for r in rows:
+        for why in dict.fromkeys(r["failures"]):
+            console.print(f"[yellow]{r['model']} {r['backend']}: ran in eager: {why}[/yellow]")
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "args": vars(args)}, f, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hf", action="store_true", help="the tiny transformers models (see above)")
+    ap.add_argument("--models", nargs="+", default=["llama", "qwen3", "mistral", "bert", "t5", "gpt2"])
     ap.add_argument("--backends", nargs="+", default=["reference", "sim", "cpu"])
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--seq", type=int, nargs="+", default=[32, 48], help="sequence lengths (the first is timed)")
@@ -99,6 +205,10 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     logging.getLogger("pypto.dynamo").setLevel(logging.ERROR)
+    if args.hf:
+        if args.seq == [32, 48]:
+            args.seq = [7, 33, 64]
+        return main_hf(args)
 
     torch.manual_seed(0)
     dt = DTYPES[args.dtype]
