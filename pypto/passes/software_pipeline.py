@@ -6,8 +6,23 @@ copies of the body per step of the new loop), optionally with
 * ``skew = D`` (0 <= D < U): the body is cut in two stages by a mark ``attrs["stage"] = 0 | 1`` on every
   instruction of the body (and on a nested ``For`` of it; an ``If`` takes the stage of the instructions
   inside it, which must agree); stage 0 of iteration j + D runs before stage 1 of iteration j;
+* ``skew = (0, D1, ..., D_{S-1})`` (non-decreasing): S stages, stage s running D_s iterations behind stage 0
+  (Professional mode's ``pl.stage`` blocks with ``preload=N``: D_s = s*N). Time step T runs stage s of
+  iteration T - D_s for s = 0, 1, ... in order; ``skew=D`` is ``skew=(0, D)``. With renamed tiles
+  D_{S-1} < U (a tile one stage writes and a later one reads needs a copy per iteration in flight). The
+  mark ``stage = all`` puts a statement (Professional mode's preamble) in front of every stage's
+  instance, in body order;
 * ``tail = "peel"`` (the default: the last iterations follow the loop, each under ``if``) or ``"guard"``
-  (the loop runs every iteration: the copies after the first each under ``if`` inside it; not with skew);
+  (the loop runs every iteration: the copies after the first each under ``if`` inside it; with skew, the
+  loop runs the last stage of every iteration, each earlier stage's instance under its own ``if``);
+* ``slots = {buf: (t0, ..., t_{P-1})}``: per logical buffer ``buf`` (a tile the body names) the P tiles it
+  stands for (the front end's own, at its addresses); the copy of iteration k (counted from the loop's
+  start) uses ``t_(k mod P)``, in every stage; P divides U, so no tile is chosen by an expression. An
+  iteration's later stage thus uses the slot its earlier stage filled. The slot tiles are not renamed and
+  the placeholder ``buf`` is dropped from the declarations when nothing uses it;
+* ``rename = False``: no per-copy tiles (the front end owns the buffers: Professional mode's tiles at
+  the user's addresses); no read-before-write checks (the user's tiles may carry state between
+  iterations and stages);
 * ``names``: the U copy suffixes (default ``a``, ``b``, ...), ``peel_names``: the suffixes of the U - 1
   peeled iterations (default ``<copy>e``);
 * ``slot``: the name of a symbol that stands for the workspace slot of the iteration: replaced by the
@@ -25,6 +40,12 @@ IR out: each marked loop replaced by its pipelined form (marks removed, stage ma
 * skewed: a prologue of D stage-0 iterations (each under ``if``), the loop ``range(start, stop - (U+D-1)*step,
   U*step) {pipeline=U, skewed=D}`` running stage 0 of v + (i+D)*step then stage 1 of v + i*step for each
   copy i, and the epilogue that finishes the iterations the loop started and runs the ones it did not.
+  With S stages (D = D_{S-1}): the prologue is time steps 0 .. D-1 (stage s of iteration T - D_s where
+  that is >= 0, each under ``if``), copy i of the loop runs stage s of v + (i + D - D_s)*step for s = 0 ..
+  S-1 (``skewed=(0, D1, ...)``), the epilogue the time steps after the loop; with ``tail=guard`` the loop
+  is ``range(start, stop, U*step)``, copy i (after the first under ``if v + i*step < stop``) runs stage s
+  of v + (i + D - D_s)*step under ``if v + (i + D - D_s)*step < stop`` (not for the stages D behind), and
+  there is no epilogue.
 
 Per-iteration tiles (an analysis of the block, as ir/liveness.py sees it: tiles that no instruction
 outside the loop touches) get a name per copy, ``<tile>_<suffix>`` (a copy of a copy extends the
@@ -61,7 +82,8 @@ from ..ir.liveness import touched_tiles
 from .cross_core import HANDOFF, HandoffAccess
 from .exprs import subs as _default_subs
 
-MARKS = ("unroll", "skew", "tail", "names", "peel_names", "slot")
+MARKS = ("unroll", "skew", "tail", "names", "peel_names", "slot", "slots", "rename")
+ALL = "all"          # the stage mark of a statement every stage instance runs (Professional mode's preamble)
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
@@ -71,10 +93,11 @@ def software_pipeline(block, subs=None) -> dict:
     (the front end's tile it copies, the copies' suffix path)} for the tiles the block keeps."""
     p = _Pipeliner(block, subs or _default_subs)
     block.body = p.stmts(block.body)
-    if p.made:
+    if p.made or p.placeholders:
         _renumber_handoffs(block.body)
         used = {t for ins in walk_instrs(block.body) for t in touched_tiles(ins)}
-        block.tiles = [t for t in block.tiles if t.name in used or t.name not in p.made]
+        block.tiles = [t for t in block.tiles if t.name in used or (t.name not in p.made
+                                                                     and t.name not in p.placeholders)]
     return {n: o for n, o in p.made.items() if any(t.name == n for t in block.tiles)}
 
 
@@ -124,6 +147,7 @@ class _Pipeliner:
         self.total = _touches(block.body, Counter())
         self.made: dict = {}         # new tile -> (tile it copies, suffix)
         self.origin: dict = {}       # a name the pass made -> (root name, suffix path)
+        self.placeholders: set = set()   # slot buffers' placeholder tiles (dropped when unused)
 
     # ------------------------------------------------------------------ walking
     def stmts(self, stmts: list) -> list:
@@ -146,28 +170,46 @@ class _Pipeliner:
     def _mark(self, loop: For):
         a = loop.attrs
         bad = sorted(k for k in a if k not in MARKS + ("stage",))
-        U, D = a["unroll"], a.get("skew", 0)
+        U, skew = a["unroll"], a.get("skew", 0)
         tail = a.get("tail", "peel")
+        rename = a.get("rename", True)
         names = tuple(a.get("names", tuple(LETTERS[:U]) if isinstance(U, int) else ()))
-        if bad or not isinstance(U, int) or U < 1 or not isinstance(D, int) or not 0 <= D < U \
-                or tail not in ("peel", "guard") or (tail == "guard" and D) or len(names) != U \
-                or not sympy.sympify(loop.step).is_positive:
+        if isinstance(skew, int) and not isinstance(skew, bool):
+            dists = (0, skew) if skew else None
+        elif isinstance(skew, (tuple, list)) and len(skew) >= 2 and all(isinstance(d, int) for d in skew) \
+                and skew[0] == 0 and all(x <= y for x, y in zip(skew, skew[1:])) and skew[-1] > 0:
+            dists = tuple(skew)
+        else:
+            dists = ()
+        slots = a.get("slots", {})
+        ok_slots = isinstance(slots, dict) and all(
+            isinstance(v, (tuple, list)) and v and isinstance(U, int) and U % len(v) == 0
+            and all(isinstance(t, str) for t in v) for v in slots.values())
+        if bad or not isinstance(U, int) or U < 1 or dists == () or (dists and rename and not dists[-1] < U) \
+                or tail not in ("peel", "guard") or len(names) != U or rename not in (True, False) \
+                or not ok_slots or not sympy.sympify(loop.step).is_positive:
             raise CompileError(f"software pipelining: bad mark on the loop over {loop.var}: {a} (unroll U >= 1, "
-                               f"skew 0 <= D < U, tail peel | guard (guard without skew), {U} names, a positive step)", loc=loop.loc)
+                               f"skew 0 <= D < U or non-decreasing distances (0, D1, ...) (below U with renamed "
+                               f"tiles), tail peel | guard, {U} names, slots {{buffer: (P tiles)}} with P dividing "
+                               f"U, rename True | False, a positive step)", loc=loop.loc)
         peel = tuple(a.get("peel_names", tuple(f"{n}e" for n in names[:U - 1])))
-        return U, D, tail, names, peel, _slot_symbol(loop, a.get("slot"))
+        return U, dists, tail, names, peel, _slot_symbol(loop, a.get("slot")), dict(slots), rename
 
     def pipeline(self, loop: For, inside: Counter) -> list:
-        U, D, tail, names, peel, slot = self._mark(loop)
+        U, dists, tail, names, peel, slot, slots, rename = self._mark(loop)
+        D = dists[-1] if dists else 0
+        S = len(dists) if dists else 1
         here = _touches(loop.body, Counter())
+        fixed = set(slots) | {t for v in slots.values() for t in v}
         local = [t.name for t in self.block.tiles
                  if t.name in here and not (t.name in inside and self.total[t.name] > inside[t.name])]
         local += [t for t in here if t not in set(local) and not (t in inside and self.total[t] > inside[t])]
+        local = [t for t in local if t not in fixed] if rename else []
         local_set = set(local)
-        stages = self._stages(loop, local_set) if D else None
+        stages = self._stages(loop, local_set, S, rename) if D else None
         crossing = self._crossing(loop, stages, local_set) if D else set()
-        if not D:
-            self._check_order(loop, local_set, None)
+        if not D and rename:
+            self._check_order(loop, local_set, None, 1)
         var, start, stop, step = loop.var, loop.start, loop.stop, loop.step
         self._order_start()
 
@@ -179,10 +221,13 @@ class _Pipeliner:
             for t in local:
                 sfx = home_suffix if (home_suffix is not None and t in crossing) else suffix
                 ren[t] = self._name(t, sfx)
+            for buf, tiles in slots.items():
+                ren[buf] = tiles[i % len(tiles)]
             return _Piece(m, ren, it - var, steady)
 
         def body(pc: _Piece, stage=None) -> list:
-            stmts = loop.body if stage is None else [s for s, st in zip(loop.body, stages) if st == stage]
+            stmts = loop.body if stage is None else \
+                [s for s, st in zip(loop.body, stages) if st == stage or st == ALL]
             self._declare(pc, stmts, local)
             return self.copy(stmts, pc, var, start)
 
@@ -212,30 +257,49 @@ class _Pipeliner:
                 epi += when(sympy.Lt(je + i * step, stop), body(piece(i, je + i * step, peel[i])))
             result = [new] + epi
         else:
-            pro = []
-            for i in range(D):
-                pc = piece(i, start + i * step, names[i] + "p", names[i])
-                pro += when(sympy.Lt(start + i * step, stop), body(pc, 0))
-            steady = []
-            for i in range(U):
-                c = (i + D) % U
-                steady += body(piece(c, var + (i + D) * step, names[c], steady=True), 0)
-                steady += body(piece(i, var + i * step, names[i], steady=True), 1)
-            lead = U + D - 1
-            attrs["skewed"] = D
-            new = For(var, start, stop - lead * step, U * step, steady, attrs, loop.loc)
-            je = _peel_end(start, stop, step, U, lead)
-            epi = []
-            for i in range(U):
-                c = (i + D) % U
-                epi += when(sympy.Lt(je + (i + D) * step, stop),
-                            body(piece(c, je + (i + D) * step, names[c] + "e", names[c]), 0))
-                epi += when(sympy.Lt(je + i * step, stop), body(piece(i, je + i * step, names[i] + "e", names[i]), 1))
-            for i in range(D):
-                epi += when(sympy.Lt(je + (U + i) * step, stop),
-                            body(piece(i, je + (U + i) * step, names[i] + "f", names[i]), 1))
-            result = pro + [new] + epi
+            pro = []                           # time steps 0 .. D-1: stage s of iteration t - D_s
+            for t in range(D):
+                for s in range(S):
+                    k = t - dists[s]
+                    if k < 0:
+                        continue
+                    c = k % U
+                    pc = piece(c, start + k * step, names[c] + "p", names[c])
+                    pro += when(sympy.Lt(start + k * step, stop), body(pc, s))
+            attrs["skewed"] = D if S == 2 else dists
+            if tail == "guard":
+                steady = []
+                for i in range(U):
+                    copy_i = []
+                    for s in range(S):
+                        off = i + D - dists[s]
+                        c = off % U
+                        b = body(piece(c, var + off * step, names[c], steady=True), s)
+                        copy_i += b if dists[s] == D else when(sympy.Lt(var + off * step, stop), b)
+                    steady += copy_i if i == 0 else when(sympy.Lt(var + i * step, stop), copy_i)
+                result = pro + [For(var, start, stop, U * step, steady, attrs, loop.loc)]
+            else:
+                steady = []
+                for i in range(U):
+                    for s in range(S):
+                        off = i + D - dists[s]
+                        c = off % U
+                        steady += body(piece(c, var + off * step, names[c], steady=True), s)
+                lead = U + D - 1
+                new = For(var, start, stop - lead * step, U * step, steady, attrs, loop.loc)
+                je = _peel_end(start, stop, step, U, lead)
+                epi = []                       # the time steps after the loop, up to the last iteration it
+                for u in range(U + D):         # could leave (je + lead*step: the loop stopped before it)
+                    for s in range(S):
+                        off = D + u - dists[s]
+                        if off > lead:
+                            continue
+                        c = off % U
+                        pc = piece(c, je + off * step, names[c] + ("e" if u < U else "f"), names[c])
+                        epi += when(sympy.Lt(je + off * step, stop), body(pc, s))
+                result = pro + [new] + epi
         self._order_end(local_set)
+        self.placeholders |= {b for b in slots if b not in {t for v in slots.values() for t in v}}
         if "stage" in loop.attrs:          # a loop inside a skewed loop: its copies keep the loop's stage
             for ins in walk_instrs(result):
                 ins.attrs["stage"] = loop.attrs["stage"]
@@ -245,45 +309,52 @@ class _Pipeliner:
         return result
 
     # ------------------------------------------------------------------ stages and checks
-    def _stage_of(self, s, loop):
+    def _stage_of(self, s, loop, n_stages: int):
+        ok = tuple(range(n_stages)) + (ALL,)
         if isinstance(s, Instr) or isinstance(s, For):
             st = s.attrs.get("stage")
             if st is None and isinstance(s, For):
                 inner = {i.attrs.get("stage") for i in walk_instrs(s.body)}
                 st = inner.pop() if len(inner) == 1 else None
-            if st not in (0, 1):
+            if st not in ok:
                 what = s.op if isinstance(s, Instr) else f"the loop over {s.var}"
+                marks = "stage=0 or stage=1" if n_stages == 2 else f"stage=0 .. {n_stages - 1}"
                 raise CompileError(f"software pipelining: {what} in the skewed loop over {loop.var} has no stage "
-                                   f"mark (stage=0 or stage=1)", loc=s.loc or loop.loc)
+                                   f"mark ({marks}, or stage=all)", loc=s.loc or loop.loc)
             return st
         if isinstance(s, If):
-            inner = {self._stage_of(i, loop) for i in s.then_body + s.else_body}
+            inner = {self._stage_of(i, loop, n_stages) for i in s.then_body + s.else_body}
             if len(inner) != 1:
                 raise CompileError(f"software pipelining: an if in the skewed loop over {loop.var} holds "
-                                   f"instructions of stages {sorted(inner)}: one stage a statement",
+                                   f"instructions of stages {sorted(inner, key=str)}: one stage a statement",
                                    loc=s.loc or loop.loc)
             return inner.pop()
         raise CompileError(f"software pipelining: {type(s).__name__} in the skewed loop over {loop.var}: "
                            "only instructions, loops and ifs carry stages", loc=loop.loc)
 
-    def _stages(self, loop, local) -> list:
-        stages = [self._stage_of(s, loop) for s in loop.body]
-        self._check_order(loop, local, stages)
+    def _stages(self, loop, local, n_stages: int, check: bool) -> list:
+        stages = [self._stage_of(s, loop, n_stages) for s in loop.body]
+        if check:
+            self._check_order(loop, local, stages, n_stages)
         return stages
 
-    def _check_order(self, loop, local, stages):
+    def _check_order(self, loop, local, stages, n_stages: int):
         """A per-iteration tile is written before it is read, in the order one iteration runs: its stage 0
-        statements, then its stage 1 statements (each in body order)."""
-        order = sorted(range(len(loop.body)), key=lambda k: (stages[k] if stages else 0, k))
+        statements, then its stage 1 statements, ... (each in body order; a ``stage=all`` statement in
+        every stage)."""
+        def runs_in(k):
+            st = stages[k] if stages else 0
+            return range(n_stages) if st == ALL else (st,)
+        order = [(st, k) for st in range(n_stages) for k in range(len(loop.body)) if st in runs_in(k)]
         writer: dict = {}
         for k, s in enumerate(loop.body):
             for ins in walk_instrs([s]):
                 w = _written(ins)
-                if w in local and w not in writer:
-                    writer[w] = (stages[k] if stages else 0, ins)
+                st = min(runs_in(k))
+                if w in local and (w not in writer or st < writer[w][0]):
+                    writer[w] = (st, ins)
         first: set = set()
-        for k in order:
-            st = stages[k] if stages else 0
+        for st, k in order:
             for ins in walk_instrs([loop.body[k]]):
                 for t in _read(ins):
                     if t not in local or t in first:
@@ -303,15 +374,22 @@ class _Pipeliner:
                     first.add(w)
 
     def _crossing(self, loop, stages, local) -> set:
-        """Per-iteration tiles stage 0 writes and stage 1 reads."""
-        w0, r1 = set(), set()
+        """Per-iteration tiles a stage writes and a later stage reads (not those a ``stage=all`` statement
+        writes: every stage instance sets them again)."""
+        written, read, everywhere = {}, {}, set()
         for s, st in zip(loop.body, stages):
             for ins in walk_instrs([s]):
-                if st == 0 and _written(ins) is not None:
-                    w0.add(_written(ins))
-                if st == 1:
-                    r1 |= set(_read(ins))
-        return w0 & r1 & local
+                w = _written(ins)
+                if st == ALL:
+                    if w is not None:
+                        everywhere.add(w)
+                    continue
+                if w is not None:
+                    written.setdefault(w, set()).add(st)
+                for t in _read(ins):
+                    read.setdefault(t, set()).add(st)
+        return {t for t in local if t in written and t in read and t not in everywhere
+                and min(written[t]) < max(read[t])}
 
     # ------------------------------------------------------------------ tiles
     def _name(self, t: str, suffix: str) -> str:

@@ -3,7 +3,9 @@ a step with their own tiles (multi-buffering) and the loop variable substituted 
 the loop does not run peeled under ``if`` (or, with ``tail=guard``, the later copies guarded inside the
 loop); with ``skew=D`` and stage marks, a prologue of D stage-0 iterations, a steady state that runs stage 0
 of iteration i + D before stage 1 of iteration i, and the epilogue. Tails: trip counts not a multiple of
-the depth, smaller than the depth, and dynamic. Bad stage marks are a CompileError naming the line."""
+the depth, smaller than the depth, and dynamic. Bad stage marks are a CompileError naming the line.
+N stages (``skew=(0, D1, ...)``), Professional mode's marks (``slots`` among given tiles, ``rename=False``,
+``stage=all`` preamble, ``tail=guard`` with skew): their text, and their result on sim against torch."""
 import pytest
 import sympy
 
@@ -422,4 +424,254 @@ def test_the_pipelined_loop_computes_what_the_loop_computes(mark, dt):
         out, _ = sim.run_kernel(Kernel("k", [blk]), {"x": x, "o": torch.empty(8, 64, dtype=tdt)}, {"n": n})
         ref = torch.exp(x.float()).reshape(n, 8, 64).sum(0)
         tol = 1e-5 if dt == "f32" else 2e-2
+        torch.testing.assert_close(out["o"].float(), ref, rtol=tol, atol=tol)
+
+
+def test_three_stages_each_one_iteration_behind_the_last():
+    """skew=(0, 1, 2): time step T runs stage 0 of T, stage 1 of T - 1, stage 2 of T - 2. The prologue is time
+    steps 0 and 1; copy i of the loop loads i + 2, exps i + 1 and adds i; y (stage 0 -> 1) and z (stage 1 -> 2)
+    are named after the iteration's copy everywhere; the epilogue runs the time steps after the loop."""
+    blk = _run("""
+  TEXPANDS acc, 0.0
+  for i in range(0, n, 1) {unroll=3, skew=(0, 1, 2)}:
+    TLOAD  y, x[8*i, 0] {stage=0}
+    TEXP   z, y {stage=1}
+    TADD   acc, acc, z {stage=2}
+  TSTORE o[0, 0], acc
+""")
+    g, x = "3*Max(0, ceiling(n/3 - 4/3))", "24*Max(0, ceiling(n/3 - 4/3))"
+    assert_text(blk, f"""
+block k core=AIV args(x: gm f32[n, 64], o: gm f32[8, 64]) params(n)
+  symbols n: int>0
+  tile acc : ub f32[8, 64]
+  tile y_a : ub f32[8, 64]
+  tile y_b : ub f32[8, 64]
+  tile z_a : ub f32[8, 64]
+  tile y_c : ub f32[8, 64]
+  tile z_b : ub f32[8, 64]
+  tile z_c : ub f32[8, 64]
+  TEXPANDS acc, 0.0 V
+  TLOAD y_a, x[0, 0] MTE2
+  if 1 < n:
+    TLOAD y_b, x[8, 0] MTE2
+  TEXP z_a, y_a V
+  for i in range(0, n - 4, 3) {{pipeline=3, skewed=(0, 1, 2)}}:
+    TLOAD y_c, x[8*i + 16, 0] MTE2
+    TEXP z_b, y_b V
+    TADD acc, acc, z_a V
+    TLOAD y_a, x[8*i + 24, 0] MTE2
+    TEXP z_c, y_c V
+    TADD acc, acc, z_b V
+    TLOAD y_b, x[8*i + 32, 0] MTE2
+    TEXP z_a, y_a V
+    TADD acc, acc, z_c V
+  if {g} + 2 < n:
+    TLOAD y_c, x[{x} + 16, 0] MTE2
+  if {g} + 1 < n:
+    TEXP z_b, y_b V
+  if {g} < n:
+    TADD acc, acc, z_a V
+  if {g} + 3 < n:
+    TLOAD y_a, x[{x} + 24, 0] MTE2
+  if {g} + 2 < n:
+    TEXP z_c, y_c V
+  if {g} + 1 < n:
+    TADD acc, acc, z_b V
+  if {g} + 4 < n:
+    TLOAD y_b, x[{x} + 32, 0] MTE2
+  if {g} + 3 < n:
+    TEXP z_a, y_a V
+  if {g} + 2 < n:
+    TADD acc, acc, z_c V
+  if {g} + 4 < n:
+    TEXP z_b, y_b V
+  if {g} + 3 < n:
+    TADD acc, acc, z_a V
+  if {g} + 4 < n:
+    TADD acc, acc, z_b V
+  TSTORE o[0, 0], acc MTE3
+""")
+
+
+SLOTS = """
+block k  core=AIV  args(x: gm DT[R, 64], o: gm DT[8, 64])  params(n)
+  symbols n: int>0
+  tile acc : ub DT[8, 64] @0x0
+  tile w : ub DT[8, 64] @0x800
+  tile y : ub DT[8, 64]
+  tile z : ub DT[8, 64]
+  tile y0 : ub DT[8, 64] @0x1000
+  tile y1 : ub DT[8, 64] @0x1800
+  tile z0 : ub DT[8, 64] @0x2000
+  tile z1 : ub DT[8, 64] @0x2800
+  TEXPANDS acc, 0.0
+  for i in range(0, n, 1) {unroll=2, skew=(0, 1, 2), tail=guard, rename=False, slots={y=(y0, y1), z=(z0, z1)}}:
+    TEXPANDS w, 2.0 {stage=all}
+    TLOAD  y, x[8*i, 0] {stage=0}
+    TMUL   z, y, w {stage=1}
+    TADD   acc, acc, z {stage=2}
+  TSTORE o[0, 0], acc
+"""
+
+
+def test_slots_choose_the_user_tiles_per_copy_and_the_preamble_runs_in_every_stage():
+    """Professional mode's form: the user's tiles at the user's addresses (rename=False), the logical buffers y
+    and z standing for slots (y0, y1) and (z0, z1): iteration k uses slot k mod 2 in every stage, so stage 1 of
+    iteration k reads the slot its stage 0 filled. tail=guard with three stages: the loop runs the last stage of
+    every iteration (copy 1 under ``if i + 1 < n``), the earlier stages each under their own guard; the
+    stage=all statement (the preamble) is in front of every stage instance; the placeholders y, z are gone."""
+    blk = block(SLOTS.replace("DT", "f32").replace("R, 64", "n, 64"))
+    software_pipeline(blk)
+    assert_text(blk, """
+block k core=AIV args(x: gm f32[n, 64], o: gm f32[8, 64]) params(n)
+  symbols n: int>0
+  tile acc : ub f32[8, 64] @0x00000
+  tile w : ub f32[8, 64] @0x00800
+  tile y0 : ub f32[8, 64] @0x01000
+  tile y1 : ub f32[8, 64] @0x01800
+  tile z0 : ub f32[8, 64] @0x02000
+  tile z1 : ub f32[8, 64] @0x02800
+  TEXPANDS acc, 0.0 V
+  TEXPANDS w, 2.0 V
+  TLOAD y0, x[0, 0] MTE2
+  if 1 < n:
+    TEXPANDS w, 2.0 V
+    TLOAD y1, x[8, 0] MTE2
+  TEXPANDS w, 2.0 V
+  TMUL z0, y0, w V
+  for i in range(0, n, 2) {pipeline=2, skewed=(0, 1, 2)}:
+    if i + 2 < n:
+      TEXPANDS w, 2.0 V
+      TLOAD y0, x[8*i + 16, 0] MTE2
+    if i + 1 < n:
+      TEXPANDS w, 2.0 V
+      TMUL z1, y1, w V
+    TEXPANDS w, 2.0 V
+    TADD acc, acc, z0 V
+    if i + 1 < n:
+      if i + 3 < n:
+        TEXPANDS w, 2.0 V
+        TLOAD y1, x[8*i + 24, 0] MTE2
+      if i + 2 < n:
+        TEXPANDS w, 2.0 V
+        TMUL z0, y0, w V
+      TEXPANDS w, 2.0 V
+      TADD acc, acc, z1 V
+  TSTORE o[0, 0], acc MTE3
+""")
+
+
+def test_slots_in_a_peeled_loop_follow_the_iteration_and_a_slot_tile_is_not_renamed():
+    """Two stages (skew=1), depth 4, a period-2 slot buffer: copies 0..3 use y0, y1, y0, y1; the prologue's
+    iteration 0 and the epilogue's iterations keep the slot of their iteration (k mod 2); z (renamed) gets
+    its per-copy tiles while the slot tiles keep their names."""
+    blk = block("""
+block k  core=AIV  args(x: gm f32[n, 64], o: gm f32[8, 64])  params(n)
+  symbols n: int>0
+  tile acc : ub f32[8, 64]
+  tile y : ub f32[8, 64]
+  tile y0 : ub f32[8, 64]
+  tile y1 : ub f32[8, 64]
+  tile z : ub f32[8, 64]
+  TEXPANDS acc, 0.0
+  for i in range(0, 6, 1) {unroll=4, skew=1, slots={y=(y0, y1)}}:
+    TLOAD  y, x[8*i, 0] {stage=0}
+    TEXP   z, y {stage=1}
+    TADD   acc, acc, z {stage=1}
+  TSTORE o[0, 0], acc
+""")
+    software_pipeline(blk)
+    loads = [i for i in walk_instrs(blk.body) if i.op == "TLOAD"]
+    exps = [i for i in walk_instrs(blk.body) if i.op == "TEXP"]
+    i = blk.body[2].var
+    assert [(t.operands[0], t.operands[1].offsets[0]) for t in loads] == \
+        [("y0", 0), ("y1", 8 * i + 8), ("y0", 8 * i + 16), ("y1", 8 * i + 24), ("y0", 8 * i + 32), ("y1", 40)]
+    assert [t.operands[1] for t in exps] == ["y0", "y1", "y0", "y1", "y0", "y1"]
+    assert [t.operands[0] for t in exps] == ["z_a", "z_b", "z_c", "z_d", "z_ae", "z_be"]
+    names = [t.name for t in blk.tiles]
+    assert "y" not in names and {"y0", "y1"} <= set(names) and not any(n.startswith("y_") for n in names)
+
+
+def test_a_stage_all_preamble_is_copied_into_each_stage_of_a_renamed_loop():
+    """stage=all with renamed tiles: the preamble's tile (w) is each stage's own (it is written in every stage,
+    so it does not cross) and each stage instance sets it before use."""
+    blk = _run("""
+  TEXPANDS acc, 0.0
+  for i in range(0, n, 1) {unroll=2, skew=1}:
+    TEXPANDS w, 2.0 {stage=all}
+    TLOAD  y, x[8*i, 0] {stage=0}
+    TMUL   z, y, w {stage=1}
+    TADD   acc, acc, z {stage=1}
+  TSTORE o[0, 0], acc
+""".replace("TEXPANDS w", "TEXPANDS z").replace("TMUL   z, y, w", "TMUL   z, y, z"))
+    loop = next(s for s in blk.body if isinstance(s, For))
+    ops = [(i.op, i.operands[0]) for i in loop.body]
+    assert ops == [("TEXPANDS", "z_b"), ("TLOAD", "y_b"), ("TEXPANDS", "z_a"), ("TMUL", "z_a"), ("TADD", "acc"),
+                   ("TEXPANDS", "z_a"), ("TLOAD", "y_a"), ("TEXPANDS", "z_b"), ("TMUL", "z_b"), ("TADD", "acc")]
+
+
+def test_bad_n_stage_and_slot_marks_are_errors():
+    for mark in ("unroll=3, skew=(0, 2, 1)", "unroll=3, skew=(1, 2)", "unroll=2, skew=(0, 1, 2)",
+                 "unroll=3, slots={y=(y, z)}", "unroll=2, rename=maybe", "unroll=2, skew=(0, 0)"):
+        with pytest.raises(CompileError, match="bad mark on the loop over i"):
+            _run(f"""
+  for i in range(0, n, 1) {{{mark}}}:
+    TLOAD  y, x[8*i, 0] {{stage=0}}
+    TEXP   z, y {{stage=1}}
+    TSTORE o[0, 0], z {{stage=1}}
+""")
+    with pytest.raises(CompileError, match=r"TEXP in the skewed loop over i has no stage mark \(stage=0 \.\. 2"):
+        _run("""
+  for i in range(0, n, 1) {unroll=3, skew=(0, 1, 2)}:
+    TLOAD  y, x[8*i, 0] {stage=0}
+    TEXP   z, y {stage=3}
+    TSTORE o[0, 0], z {stage=2}
+""")
+    with pytest.raises(CompileError, match="tile z is read by TADD in stage 1 but written by TEXP in stage 2"):
+        _run("""
+  TEXPANDS acc, 0.0
+  for i in range(0, n, 1) {unroll=3, skew=(0, 1, 2)}:
+    TLOAD  y, x[8*i, 0] {stage=0}
+    TEXP   z, y {stage=2}
+    TADD   acc, acc, z {stage=1}
+  TSTORE o[0, 0], acc
+""")
+
+
+RUN3 = RUN.replace("TADD   acc, acc, z {stage=1}", "TADD   acc, acc, z {stage=2}")
+
+
+@pytest.mark.parametrize("text,mark,dt", [(RUN3, "unroll=3, skew=(0, 1, 2)", "f32"),
+                                          (RUN3, "unroll=3, skew=(0, 1, 2), tail=guard", "f16"),
+                                          (RUN3, "unroll=4, skew=(0, 2, 3)", "bf16"),
+                                          (RUN, "unroll=2, skew=1, tail=guard", "f32"),
+                                          (SLOTS, None, "f32"), (SLOTS, None, "f16")])
+def test_n_stage_and_slot_loops_compute_what_the_loop_computes(text, mark, dt):
+    """Three stages (peeled and guarded tails, distances 1 and 2), the guarded two-stage form and the
+    Professional-mode form (slots at user addresses, rename=False, a stage=all preamble) after the memory and
+    sync passes: the simulator's result is torch's for trip counts 1 .. 7, one compiled block for all."""
+    import torch
+
+    import pypto
+    from pypto.ir.block import Kernel
+    from pypto.passes.memory import plan_memory
+    from pypto.passes.pipe_sync import synchronize
+    from pypto.passes.vector_barriers import insert_barriers
+    from pypto.runtime import sim
+    machine = pypto.get_machine()
+    src = text.replace("MARK", mark) if mark else text
+    blk = block(src.replace("DT", dt))
+    software_pipeline(blk)
+    plan_memory(blk, machine)
+    synchronize(blk, machine)
+    insert_barriers(blk)
+    tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dt]
+    for n in range(1, 8):
+        x = (torch.randn(8 * n, 64, generator=torch.Generator().manual_seed(n)) * 0.5).to(tdt)
+        out, _ = sim.run_kernel(Kernel("k", [blk]), {"x": x, "o": torch.empty(8, 64, dtype=tdt)}, {"n": n})
+        per = 2 * x.float() if text is SLOTS else torch.exp(x.float())
+        if dt != "f32":         # each step rounds to the tile dtype
+            per = per.to(tdt).float()
+        ref = per.reshape(n, 8, 64).sum(0)
+        tol = 1e-5 if dt == "f32" else (3e-2 if dt == "f16" else 1e-1)
         torch.testing.assert_close(out["o"].float(), ref, rtol=tol, atol=tol)
