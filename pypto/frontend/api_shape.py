@@ -22,7 +22,7 @@ from .tensor import Tensor
 __all__ = ["transpose", "t", "permute", "unsqueeze", "squeeze", "flatten", "expand", "expand_clone", "expand_as",
            "broadcast_to",
            "concat", "cat", "stack", "split", "chunk", "tril", "triu", "arange", "pad", "fillpad", "gather",
-           "index_select", "masked_fill", "zeros_like", "ones_like", "full_like"]
+           "index_select", "scatter", "scatter_", "masked_fill", "zeros_like", "ones_like", "full_like"]
 
 
 def transpose(input, dim0: int, dim1: int) -> Tensor:
@@ -282,6 +282,31 @@ def index_select(input, dim: int, index) -> Tensor:
     x = as_tensor(input, "index_select")
     return emit("index_select", [x, as_tensor(index, "index_select", "index")],
                 {"dim": normalize_dim(x, dim, "index_select")})
+
+
+def scatter(input, dim: int, index, src=None, *, value=None, reduce=None) -> Tensor:
+    """torch.scatter: a copy of ``input`` with out[index[i][j]][j] = src[i][j] (dim 0, and so on), ``src`` a
+    tensor or a Python number (torch's ``value=``); ``reduce`` 'add' / 'multiply' combines instead of writing.
+    Where indices repeat without reduce, the last one along ``dim`` wins."""
+    x = as_tensor(input, "scatter")
+    if src is None:
+        src = value
+    if reduce not in (None, "add", "multiply"):
+        raise PyptoError(f"pypto.scatter: reduce must be None, 'add' or 'multiply', found {reduce!r}")
+    attrs = {"dim": normalize_dim(x, dim, "scatter"), "reduce": reduce}
+    inputs = [x, as_tensor(index, "scatter", "index")]
+    if isinstance(src, bool) or not isinstance(src, (int, float)):
+        inputs.append(as_tensor(src, "scatter", "src"))
+    else:
+        attrs["value"] = float(src) if x.dtype.is_floating else int(src)
+    return emit("scatter", inputs, attrs)
+
+
+def scatter_(input, dim: int, index, src=None, *, value=None, reduce=None) -> Tensor:
+    """In-place torch.scatter_: ``input`` takes the scattered value; returns ``input``."""
+    out = scatter(input, dim, index, src, value=value, reduce=reduce)
+    input[...] = out
+    return input
 
 
 def masked_fill(input, mask, value) -> Tensor:

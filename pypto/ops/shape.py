@@ -1,8 +1,8 @@
 """Shape and data-movement ops: transpose permute expand concat tril triu arange pad fillpad gather
-index_select. (unsqueeze/squeeze/flatten are ``reshape``; split/chunk are ``view``s — see the frontend.)
+index_select scatter. (unsqueeze/squeeze/flatten are ``reshape``; split/chunk are ``view``s — see the frontend.)
 
 Attrs hold normalised, non-negative dims; sizes may be symbolic. Every op keeps its input's dtype
-except arange (its own) and the index inputs of gather/index_select (int32 or int64)."""
+except arange (its own) and the index inputs of gather/index_select/scatter (int32 or int64)."""
 from __future__ import annotations
 
 import torch
@@ -223,3 +223,54 @@ def _index_select_infer(ins, attrs):
 register(OpDef("index_select", "shape", _index_select_infer,
                lambda ins, attrs: torch.index_select(ins[0], attrs["dim"], ins[1].long()), flops=0, num_inputs=2,
                doc="inputs: (input, index 1-D); attrs: dim"))
+
+
+SCATTER_REDUCE = (None, "add", "multiply")
+
+
+def _scatter_infer(ins, attrs):
+    if len(ins) not in (2, 3):
+        raise ShapeError(f"scatter: expected (input, index) with a scalar value or (input, index, src), "
+                         f"found {len(ins)} inputs")
+    x, index = ins[0], ins[1]
+    dim = check_dims(x, (attrs["dim"],), "scatter")[0]
+    _check_index(index, "scatter")
+    if attrs.get("reduce") not in SCATTER_REDUCE:
+        raise ShapeError(f"scatter: reduce must be None, 'add' or 'multiply', found {attrs.get('reduce')!r}")
+    if index.rank != x.rank:
+        raise ShapeError(f"scatter: index {fmt_shape(index.shape)} and input {fmt_shape(x.shape)} differ in rank")
+    for i, (a, b) in enumerate(zip(index.shape, x.shape)):
+        if i != dim and _known_greater(a, b):
+            raise ShapeError(f"scatter: index {fmt_shape(index.shape)} is larger than input {fmt_shape(x.shape)} "
+                             f"in dim {i}")
+    if len(ins) == 3:
+        src = ins[2]
+        if src.dtype != x.dtype:
+            raise DTypeError(f"scatter: src ({src.dtype.name}) must have the input's dtype ({x.dtype.name})")
+        if src.rank != x.rank:
+            raise ShapeError(f"scatter: src {fmt_shape(src.shape)} and input {fmt_shape(x.shape)} differ in rank")
+        for i, (a, b) in enumerate(zip(index.shape, src.shape)):
+            if _known_greater(a, b):
+                raise ShapeError(f"scatter: index {fmt_shape(index.shape)} is larger than src {fmt_shape(src.shape)} "
+                                 f"in dim {i}")
+    elif "value" not in attrs:
+        raise ShapeError("scatter: give src, a tensor or a Python number")
+    return ValueInfo(x.shape, x.dtype)
+
+
+def _scatter_ref(ins, attrs):
+    x, index, dim = ins[0], ins[1].long(), attrs["dim"]
+    src = ins[2] if len(ins) == 3 else torch.full(index.shape, attrs["value"], dtype=x.dtype)
+    if len(ins) == 3:
+        src = src[tuple(slice(0, n) for n in index.shape)]
+    reduce = attrs.get("reduce")
+    if reduce is None:
+        return torch.scatter(x, dim, index, src)
+    return torch.scatter_reduce(x, dim, index, src, "sum" if reduce == "add" else "prod", include_self=True)
+
+
+register(OpDef("scatter", "shape", _scatter_infer, _scatter_ref, flops=0, num_inputs=None,
+               doc="inputs: (input, index) with attrs value, or (input, index, src); attrs: dim, reduce (None, "
+                   "'add', 'multiply'). out = input, then out[index[i][j]][j] = src[i][j] (dim 0), as "
+                   "torch.scatter; where indices repeat without reduce, the last one along dim wins (torch CPU's "
+                   "order; torch leaves it undefined)"))

@@ -11,6 +11,10 @@
   (exact: one term is the value, the others zero), so they run on the vector unit without
   data-dependent addressing; where their indices are computed in the traced function (not an
   argument, which the host checks), an extra output counts those out of range (index_checks.py);
+* ``scatter`` becomes the same one-hot compare, of every index against every position of its dim,
+  then a reduction over the indices (any hit; the last hit's value; the sum or product of the hits for
+  reduce='add' / 'multiply') and a select against the input; the index's extent is padded to the
+  input's in the other dims (no hit there). The index checks are as for gather;
 * dead nodes drop out (rebuild keeps only what the outputs need).
 """
 from __future__ import annotations
@@ -142,7 +146,59 @@ def _gather(g, nid, ins):
     return out
 
 
+def _scatter(g, nid, ins):
+    a = g.node(nid)["attrs"]
+    x, idx = ins[0], ins[1]
+    src = ins[2] if len(ins) == 3 else None
+    d, r, reduce = a["dim"], x.ndim, a.get("reduce")
+    n, m = x.shape[d], idx.shape[d]
+    if src is not None and tuple(src.shape) != tuple(idx.shape):
+        src = P.view(src, tuple(idx.shape), (0,) * r)
+    # the scattered dim moved last: x [..., n], idx and src [..., m]
+    perm = [j for j in range(r) if j != d] + [d]
+    if d != r - 1:
+        x, idx = P.permute(x, *perm), P.permute(idx, *perm)
+        src = P.permute(src, *perm) if src is not None else None
+    box = tuple(idx.shape[:-1]) + (n,)           # idx's extent in the other dims
+    # hit[..., m, n]: index [.., m] names position n of the dim
+    hit = P.eq(P.reshape(idx, tuple(idx.shape) + (1,)), P.reshape(P.arange(0, n, 1, dtype=idx.dtype), (1,) * r + (n,)))
+    f32 = dtypes.float32
+    vals = P.reshape(src, tuple(src.shape) + (1,)) if src is not None else None     # [..., m, 1]
+
+    def padded(t, fill):
+        return t if tuple(box) == tuple(x.shape) else P.fillpad(t, shape=tuple(x.shape), value=fill)
+
+    if reduce is None:
+        if src is None:
+            out_val = None
+            any_hit = P.sum(P.cast(hit, f32), r - 1)                                  # [..., n]
+        else:
+            pos = P.reshape(P.arange(0, m, 1, dtype=f32), (1,) * (r - 1) + (m, 1))
+            last = P.amax(P.where(hit, pos, -1.0), r - 1, keepdim=True)               # [..., 1, n]: the last hit
+            out_val = P.sum(P.where(P.eq(pos, last), vals, 0), r - 1)                  # exact: one term
+            any_hit = P.reshape(last, box) + 1.0
+        take = P.gt(padded(any_hit, 0.0), 0.5)
+        if out_val is None:
+            out = P.masked_fill(x, take, a["value"])
+        else:
+            out = P.cast(P.where(take, padded(P.cast(out_val, x.dtype), 0.0), x), x.dtype)
+    elif reduce == "add":
+        term = vals if vals is not None else a["value"]
+        delta = P.sum(P.where(hit, term, 0), r - 1)
+        out = P.cast(x + padded(P.cast(delta, x.dtype), 0.0), x.dtype)
+    else:
+        term = vals if vals is not None else a["value"]
+        factor = P.prod(P.where(hit, term, 1), r - 1)
+        out = P.cast(x * padded(P.cast(factor, x.dtype), 1.0), x.dtype)
+    if d != r - 1:
+        inv = list(range(r - 1))
+        inv.insert(d, r - 1)
+        out = P.permute(out, *inv)
+    return out
+
+
 RULES = {"cast": _fold_cast, "argmax": _flatten_argmax, "index_select": _index_select, "gather": _gather,
+         "scatter": _scatter,
          "cumsum": cumsum_rule}
 RULES |= {op: _split_reduce for op in SPLITTABLE}
 

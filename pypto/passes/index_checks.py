@@ -1,4 +1,4 @@
-"""Range checks for the indices of index_select / gather that are computed inside the traced function.
+"""Range checks for the indices of index_select / gather / scatter that are computed inside the traced function.
 
 canonicalize turns index_select and gather into a one-hot select, under which an index outside the dim
 picks nothing (a row of zeros) where torch raises. Indices that are an argument of the compiled function
@@ -16,7 +16,7 @@ from ..errors import SourceLoc
 from ..frontend import api as P, hints
 from ..ir.tensor_graph import OutputSpec
 
-INDEX_OPS = ("index_select", "gather")
+INDEX_OPS = ("index_select", "gather", "scatter")
 VALUE_PRESERVING = ("reshape", "transpose", "permute", "expand")
 CHECK_KIND = "index_check"
 

@@ -36,8 +36,6 @@ EXAMPLES = {
     "examples/01_beginner/tiling/tiling_config.py": (None, {}, False),
     "examples/01_beginner/transform/add_scalar_loop_view_assemble.py": (None, {}, False),
     "examples/01_beginner/transform/transform_ops.py": (None, {
-        "test_scatter": "pypto has no scatter op",
-        "test_scatter_update": "pypto has no scatter op",
         "test_cast": "set_vec_tile_shapes(8) on fp16: pypto refuses a 16-byte tile row (32-byte alignment)",
     }, False),
     "examples/02_intermediate/basic_nn/ffn/ffn_module.py": (None, {}, False),

@@ -1,5 +1,5 @@
 """Shape, view and data-movement ops vs torch eager: transpose permute unsqueeze squeeze flatten expand
-concat stack split chunk tril triu arange pad fillpad gather index_select masked_fill reshape views
+concat stack split chunk tril triu arange pad fillpad gather index_select scatter masked_fill reshape views
 and fills; dynamic sizes from one trace; fillpad on tail tiles in a loop; user errors."""
 import math
 
@@ -71,6 +71,9 @@ CASES = [
     Case("gather_last", lambda m, x, i: m.gather(x, 1, i), [X, Inp((T, 5), "index:24", I64)]),
     Case("gather_first_int32_index", lambda m, x, i: m.gather(x, 0, i) if m is pypto else x.gather(0, i.long()),
          [Inp((8, T)), Inp((5, T), "index:8", torch.int32)]),
+    Case("scatter_value", lambda m, x, i: m.scatter(x, 1, i, 0.5), [X, Inp((T, 30), "index:24", I64)]),
+    Case("scatter_add_int32_index", lambda m, x, i, s: x.scatter(1, i, s, reduce="add") if m is pypto
+         else x.scatter_add(1, i.long(), s[:, :5]), [X, Inp((T, 5), "index:24", torch.int32), Inp((T, 8))], tol=2.0),
     Case("index_select_last", lambda m, x, i: m.index_select(x, -1, i), [X, Inp((7,), "index:24", I64)]),
     Case("index_select_dynamic_index", lambda m, x, i: x.index_select(0, i), [Inp((16, 6)), Inp((T,), "index:16", I64)]),
     Case("masked_fill", lambda m, x, mask: x.masked_fill(mask, -1000.0), [X, Inp((T, 24), "bool")]),
