@@ -289,10 +289,10 @@ class _Pipeliner:
                 new = For(var, start, stop - lead * step, U * step, steady, attrs, loop.loc)
                 je = _peel_end(start, stop, step, U, lead)
                 epi = []                       # the time steps after the loop, up to the last iteration it
-                for u in range(U + D):         # could leave (je + lead*step: the loop stopped before it)
-                    for s in range(S):
+                for u in range(U + D - 1):     # can leave, je + (lead-1)*step (je >= stop - lead*step, so
+                    for s in range(S):         # iteration je + lead*step is never run)
                         off = D + u - dists[s]
-                        if off > lead:
+                        if off >= lead:
                             continue
                         c = off % U
                         pc = piece(c, je + off * step, names[c] + ("e" if u < U else "f"), names[c])

@@ -162,8 +162,9 @@ block k core=AIV args(x: gm f32[n, 64], o: gm f32[8, 64]) params(n)
 def test_skew_2_depth_3_dynamic_runs_stage_0_two_iterations_ahead():
     """y crosses from stage 0 (the load) to stage 1 (exp, add): the prologue loads iterations 0 and 1 into
     the tiles the loop's copies a and b read; the steady state loads i + 2 (copy c) before it finishes i
-    (copy a); the epilogue finishes what the loop started (stage 0 of je + 2 .. je + 4, stage 1 of je ..
-    je + 4), each under its own guard, with its own tiles for what does not cross (z)."""
+    (copy a); the epilogue finishes what the loop started (stage 0 of je + 2 .. je + 3, stage 1 of je ..
+    je + 3), each under its own guard, with its own tiles for what does not cross (z). Iteration je + 4 is
+    not emitted: the loop stops only once i + 4 >= n, so je + 4 >= n (a dead guard and tile z_bf)."""
     blk = _run("""
   TEXPANDS acc, 0.0
   for i in range(0, n, 1) {unroll=3, skew=2}:
@@ -187,7 +188,6 @@ block k core=AIV args(x: gm f32[n, 64], o: gm f32[8, 64]) params(n)
   tile z_be : ub f32[8, 64]
   tile z_ce : ub f32[8, 64]
   tile z_af : ub f32[8, 64]
-  tile z_bf : ub f32[8, 64]
   TEXPANDS acc, 0.0 V
   TLOAD y_a, x[0, 0] MTE2
   if 1 < n:
@@ -212,17 +212,12 @@ block k core=AIV args(x: gm f32[n, 64], o: gm f32[8, 64]) params(n)
   if {g} + 1 < n:
     TEXP z_be, y_b V
     TADD acc, acc, z_be V
-  if {g} + 4 < n:
-    TLOAD y_b, x[24*Max(0, ceiling(n/3 - 4/3)) + 32, 0] MTE2
   if {g} + 2 < n:
     TEXP z_ce, y_c V
     TADD acc, acc, z_ce V
   if {g} + 3 < n:
     TEXP z_af, y_a V
     TADD acc, acc, z_af V
-  if {g} + 4 < n:
-    TEXP z_bf, y_b V
-    TADD acc, acc, z_bf V
   TSTORE o[0, 0], acc MTE3
 """)
 
@@ -398,6 +393,32 @@ block k  core=AIV  args(x: gm DT[R, 64], o: gm DT[8, 64])  params(n)
 """
 
 
+@pytest.mark.parametrize("mark", ["unroll=3, skew=2", "unroll=2, skew=1", "unroll=3, skew=(0, 1, 2)",
+                                  "unroll=4, skew=(0, 2, 3)", "unroll=3", "unroll=3, skew=2, tail=guard"])
+def test_every_guard_holds_for_some_trip_count(mark):
+    """No dead code: each ``if`` the pass emits for a dynamic trip count n is true for some n in 1..40 (the
+    epilogue once also ran iteration je + (U+D-1): never below n, as the loop only stops when i + U+D-1 >= n)."""
+    text = """
+  TEXPANDS acc, 0.0
+  for i in range(0, n, 1) {MARK}:
+    TLOAD  y, x[8*i, 0] {stage=0}
+    TEXP   z, y {stage=S1}
+    TADD   acc, acc, z {stage=S2}
+  TSTORE o[0, 0], acc
+"""
+    three = "(0, " in mark
+    text = text.replace("MARK", mark).replace("S1", "1").replace("S2", "2" if three else "1")
+    if "skew" not in mark:
+        text = text.replace(" {stage=0}", "").replace(" {stage=1}", "")
+    blk = _run(text)
+    conds = [s.cond for s in blk.body if isinstance(s, If)]      # the prologue's and the epilogue's
+    assert conds
+    for c in conds:
+        n = next(f for f in c.free_symbols if f.name == "n")
+        assert c.free_symbols == {n}
+        assert any(bool(c.subs(n, v)) for v in range(1, 41)), f"dead guard {c} ({mark})"
+
+
 @pytest.mark.parametrize("mark,dt", [("unroll=3, skew=2", "f32"), ("unroll=2, skew=1", "f16"), ("unroll=2", "f32"),
                                      ("unroll=3", "f16"), ("unroll=2, tail=guard", "f32")])
 def test_the_pipelined_loop_computes_what_the_loop_computes(mark, dt):
@@ -430,7 +451,8 @@ def test_the_pipelined_loop_computes_what_the_loop_computes(mark, dt):
 def test_three_stages_each_one_iteration_behind_the_last():
     """skew=(0, 1, 2): time step T runs stage 0 of T, stage 1 of T - 1, stage 2 of T - 2. The prologue is time
     steps 0 and 1; copy i of the loop loads i + 2, exps i + 1 and adds i; y (stage 0 -> 1) and z (stage 1 -> 2)
-    are named after the iteration's copy everywhere; the epilogue runs the time steps after the loop."""
+    are named after the iteration's copy everywhere; the epilogue runs the time steps after the loop, up to
+    iteration je + 3 (the loop stops once i + 4 >= n: nothing of je + 4 is emitted)."""
     blk = _run("""
   TEXPANDS acc, 0.0
   for i in range(0, n, 1) {unroll=3, skew=(0, 1, 2)}:
@@ -477,18 +499,12 @@ block k core=AIV args(x: gm f32[n, 64], o: gm f32[8, 64]) params(n)
     TEXP z_c, y_c V
   if {g} + 1 < n:
     TADD acc, acc, z_b V
-  if {g} + 4 < n:
-    TLOAD y_b, x[{x} + 32, 0] MTE2
   if {g} + 3 < n:
     TEXP z_a, y_a V
   if {g} + 2 < n:
     TADD acc, acc, z_c V
-  if {g} + 4 < n:
-    TEXP z_b, y_b V
   if {g} + 3 < n:
     TADD acc, acc, z_a V
-  if {g} + 4 < n:
-    TADD acc, acc, z_b V
   TSTORE o[0, 0], acc MTE3
 """)
 
