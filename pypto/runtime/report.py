@@ -194,7 +194,18 @@ class Report:
 def kernel_decisions(graph, spec, stats: dict | None = None, work: dict | None = None) -> dict:
     """``Report.decisions`` of a run of ``graph`` (an ExecutionGraph) on ``spec``: the kernels' recorded
     decisions, the block_dim of the tasks that launch them and, from a sim run, ``stats`` (kernel ->
-    sim/launch.KernelStats) and ``work`` (kernel -> host/work.Work) for cores, pipe busy and the bound."""
+    sim/launch.KernelStats) and ``work`` (kernel -> host/work.Work) for cores, pipe busy and the bound.
+    Without stats the decisions are the same at every run: built (and their sizes printed) once per graph."""
+    if stats is None and work is None:
+        cached = getattr(graph, "_static_decisions", None)
+        if cached is None or cached[0] != spec.name:
+            cached = (spec.name, _kernel_decisions(graph, spec, None, None))
+            graph._static_decisions = cached
+        return {name: dict(d) for name, d in cached[1].items()}
+    return _kernel_decisions(graph, spec, stats, work)
+
+
+def _kernel_decisions(graph, spec, stats, work) -> dict:
     block_dims: dict = {}
     for task in graph.tasks():
         block_dims.setdefault(task.kernel, []).append(task.block_dim)
