@@ -111,7 +111,7 @@ def test_the_cross_core_flag_budget_is_the_machines():
 
 # ---------------------------------------------------------------------------------------- the examples
 CASES = list(P.CASES)
-NEVER_RUN = {"tile/flash_attention": 247}      # tails of the skewed key loop whose guards no trip count meets (3 of them WAR barriers since 77dda30)
+NEVER_RUN = {"tile/flash_attention": 10}       # was 247: the skewed key loop's dead epilogue iteration (software_pipeline, 88ab654)
 
 
 def _check(name, result):
