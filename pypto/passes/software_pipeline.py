@@ -174,7 +174,7 @@ class _Pipeliner:
         tail = a.get("tail", "peel")
         rename = a.get("rename", True)
         names = tuple(a.get("names", tuple(LETTERS[:U]) if isinstance(U, int) else ()))
-        if isinstance(skew, int) and not isinstance(skew, bool):
+        if isinstance(skew, int) and not isinstance(skew, bool) and skew >= 0:
             dists = (0, skew) if skew else None
         elif isinstance(skew, (tuple, list)) and len(skew) >= 2 and all(isinstance(d, int) for d in skew) \
                 and skew[0] == 0 and all(x <= y for x, y in zip(skew, skew[1:])) and skew[-1] > 0:

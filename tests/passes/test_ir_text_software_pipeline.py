@@ -369,6 +369,12 @@ def test_missing_or_mixed_stage_marks_and_bad_marks_are_errors():
   for i in range(0, n, 1) {unroll=2, skew=2}:
     TLOAD  y, x[8*i, 0]
 """)
+    with pytest.raises(CompileError, match="bad mark on the loop over i"):     # a negative skew
+        _run("""
+  for i in range(0, n, 1) {unroll=2, skew=-1}:
+    TLOAD  y, x[8*i, 0] {stage=0}
+    TSTORE o[0, 0], y {stage=1}
+""")
     with pytest.raises(CompileError, match="tile y is read by TEXP before the iteration of the loop over i writes it"):
         _run("""
   for i in range(0, n, 1) {unroll=2}:
