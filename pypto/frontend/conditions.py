@@ -5,20 +5,29 @@ Why a rewrite: ``i == 0`` on a sympy loop index is Python's structural equality 
 would silently run for every iteration) and ``bool(i < 2)`` is sympy's "cannot determine truth
 value"; Python's ``if`` runs one side only, and a run-time branch needs both traced. So, in the
 function's own body:
-  * comparisons ``a op b`` (==, !=, <, <=, >, >=, chained) become ``control.compare``: Python's answer
-    on plain values, a sympy relation on symbolic scalars (decided over the loops' ranges when it can);
-  * ``and`` / ``or`` / ``not`` become ``control.bool_and`` / ``bool_or`` / ``bool_not`` (short-circuit kept);
+  * comparisons ``a op b`` (==, !=, <, <=, >, >=) become ``control.compare``: Python's answer on plain
+    values (and on None, strings, tensors), a sympy relation when both are numbers and one a symbolic
+    scalar (decided over the loops' ranges when it can); a chain ``a < b < c`` ``control.compare_chain``
+    (each operand evaluated once, none after the first false link); ``a in b`` / ``not in``
+    ``control.contains`` (``==`` over a tuple / list / set / range holding a symbolic scalar);
+  * ``and`` / ``or`` / ``not`` become ``control.bool_and`` / ``bool_or`` / ``bool_not`` (short-circuit
+    and Python's value kept: ``n or 1`` is n; the first operand is evaluated in place, so a walrus in it
+    binds the function's name; one past the first keeps Python's own ``and`` / ``or``);
   * ``if test: A else: B`` becomes two nested functions over the names A and B bind and
     ``control.if_stmt(test, then, else, current values)``, which runs one side when the test is decided
     at trace time and traces both as a branch of the control program when it is not;
   * ``a if test else b`` becomes ``control.if_exp(test, lambda: a, lambda: b)``;
   * ``while`` / ``assert`` tests and the tests of an ``if`` whose sides hold ``return`` / ``break`` /
     ``continue`` / ``yield`` / ``global`` / ``nonlocal`` become ``control.static_bool``: decided at trace
-    time or an error at the user's line.
+    time or an error at the user's line. So do those of an ``if`` whose sides could not move into nested
+    functions without changing the program (``_Scope.unsafe``: they bind a name the function declares
+    ``global`` or that a nested function / lambda defined elsewhere in it reads, or they ``del`` a name),
+    and of ``a if c else b`` with a walrus in a side.
   * a call ``f(...)`` becomes ``call(f, ...)``: a Python function (or method) of the user's own files is
     called rewritten the same way, so helpers branch like the jit function (pypto's, torch's and other
     libraries' functions run as they are).
-A function whose source Python cannot show (made by ``exec``, a lambda) or that uses ``super()`` runs as
+A function whose source Python cannot show (made by ``exec``, a lambda), a decorator's wrapper
+(``functools.wraps``: inspect would show the wrapped function's source) or one that uses ``super()`` runs as
 written, with sympy's truth-value error still turned into a pypto error at the user's line; there a
 bare ``i == 0`` on a loop index stays Python's structural comparison.
 Line numbers and file stay the user's (errors name them); closures and globals stay the function's own.
@@ -50,6 +59,18 @@ def _call(attr, args, like):
 
 def _lambda(body, like):
     return ast.copy_location(ast.Lambda(ast.arguments([], [], None, [], [], None, []), body), like)
+
+
+def _eager(value, like):
+    """A thunk of ``value`` evaluated where it stands (a default argument): a walrus in it binds the
+    enclosing function's name, as in the original."""
+    return ast.copy_location(ast.Lambda(ast.arguments([], [ast.arg("_v")], None, [], [], None, [value]),
+                                        ast.Name("_v", ast.Load())), like)
+
+
+def _binds(node) -> bool:
+    """Whether an expression binds a name of its scope (a walrus), so it cannot move into a lambda."""
+    return any(isinstance(x, ast.NamedExpr) for x in ast.walk(node))
 
 
 class _Escapes(ast.NodeVisitor):
@@ -125,7 +146,9 @@ class _Bound(ast.NodeVisitor):
         pass
 
     def visit_ListComp(self, node):
-        pass
+        for x in ast.walk(node):               # a comprehension's own names are its own, a walrus's are not
+            if isinstance(x, ast.NamedExpr):
+                self._add(x.target.id)
 
     visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_ListComp
 
@@ -143,22 +166,71 @@ def _bound(stmts) -> list:
     return v.names
 
 
+class _Scope:
+    """What moving statements of a user function into nested side functions would break: names it
+    declares ``global`` (a side would bind its own), and the names each nested function or lambda of it
+    reads (a closure reads the function's variable, not a side's copy)."""
+
+    def __init__(self, fdef):
+        self.globals, self.closures = set(), []
+        stack = list(fdef.body)
+        while stack:
+            x = stack.pop()
+            if isinstance(x, ast.Global):
+                self.globals.update(x.names)
+            if isinstance(x, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                reads = {n.id for n in ast.walk(x) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+                self.closures.append((x.lineno, x.end_lineno, reads))
+                continue
+            stack.extend(ast.iter_child_nodes(x))
+
+    def unsafe(self, names, first: int, last: int, stmts) -> bool:
+        """Whether statements on lines first..last binding ``names`` cannot move into a side function:
+        a name is global, or read by a closure defined outside those lines, or the statements ``del``."""
+        if self.globals.intersection(names):
+            return True
+        if any(not first <= a <= last and reads.intersection(names) for a, _, reads in self.closures):
+            return True
+        return any(isinstance(x, ast.Delete) for st in stmts for x in _walk_scope(st))
+
+
+def _walk_scope(node):
+    """The nodes of a statement that belong to its function's scope (not nested functions' bodies)."""
+    stack = [node]
+    while stack:
+        x = stack.pop()
+        yield x
+        if not isinstance(x, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)) or x is node:
+            stack.extend(ast.iter_child_nodes(x))
+
+
 class _Rewrite(ast.NodeTransformer):
     def __init__(self):
         self.count = 0
+        self.scopes: list = []
 
     # ---------------------------------------------------------------- expressions
     def visit_Compare(self, node):
         self.generic_visit(node)
         if not all(type(op) in _CMP_OPS for op in node.ops):
-            return node                        # is / in: Python's own
+            if len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn)):
+                return _call("contains", [node.left, node.comparators[0],
+                                          ast.Constant(isinstance(node.ops[0], ast.NotIn))], node)
+            return node                        # is / is not, chains with in: Python's own
         ops = ast.Tuple([ast.Constant(_CMP_OPS[type(op)]) for op in node.ops], ast.Load())
-        return _call("compare", [ops, node.left, *node.comparators], node)
+        if len(node.ops) == 1 or any(_binds(c) for c in node.comparators[1:]):
+            return _call("compare", [ops, node.left, *node.comparators], node)
+        # a chain evaluates each operand once and stops at the first false link, as Python does
+        return _call("compare_chain", [ops, node.left, _eager(node.comparators[0], node.comparators[0]),
+                                       *[_lambda(c, c) for c in node.comparators[1:]]], node)
 
     def visit_BoolOp(self, node):
         self.generic_visit(node)
+        if any(_binds(v) for v in node.values[1:]):
+            return node                        # a walrus past the first operand: Python's own
         name = "bool_and" if isinstance(node.op, ast.And) else "bool_or"
-        return _call(name, [_lambda(v, v) for v in node.values], node)
+        return _call(name, [_eager(node.values[0], node.values[0]), *[_lambda(v, v) for v in node.values[1:]]],
+                     node)
 
     def visit_UnaryOp(self, node):
         self.generic_visit(node)
@@ -176,6 +248,9 @@ class _Rewrite(ast.NodeTransformer):
 
     def visit_IfExp(self, node):
         self.generic_visit(node)
+        if _binds(node.body) or _binds(node.orelse):
+            node.test = self._static(node.test, "condition of `a if c else b` (a side binds a name with :=)")
+            return node
         return _call("if_exp", [node.test, _lambda(node.body, node.body), _lambda(node.orelse, node.orelse)], node)
 
     # ---------------------------------------------------------------- statements
@@ -193,9 +268,18 @@ class _Rewrite(ast.NodeTransformer):
         return node
 
     def visit_FunctionDef(self, node):
-        node.body = self._fold(node.body)
-        self.generic_visit(node)
+        user = not node.name.startswith("_pypto_")     # a side function made here shares its user scope
+        if user:
+            self.scopes.append(_Scope(node))
+        try:
+            node.body = self._fold(node.body)
+            self.generic_visit(node)
+        finally:
+            if user:
+                self.scopes.pop()
         return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef
 
     def _fold(self, stmts):
         """A function body's ``if test: ... return a`` followed by more statements, as
@@ -205,6 +289,10 @@ class _Rewrite(ast.NodeTransformer):
                 continue
             rest = list(st.orelse) + list(stmts[k + 1:])
             if _escapes_but_return(st.body) or _escapes_but_return(rest):
+                return stmts
+            moved = [st, *stmts[k + 1:]]
+            if self.scopes and self.scopes[-1].unsafe(set(_bound(st.body) + _bound(rest)), st.lineno,
+                                                      moved[-1].end_lineno, moved):
                 return stmts
             if not rest or not isinstance(rest[-1], ast.Return):
                 rest.append(ast.copy_location(ast.Return(ast.Constant(None)), st))
@@ -235,6 +323,11 @@ class _Rewrite(ast.NodeTransformer):
         if _escapes(node.body) or _escapes(node.orelse):
             node.test = self._static(node.test, "if condition (its sides return, break or continue)")
             return node
+        if self.scopes and self.scopes[-1].unsafe(set(_bound(node.body) + _bound(node.orelse)), node.lineno,
+                                                  node.end_lineno, [*node.body, *node.orelse]):
+            node.test = self._static(node.test, "if condition (its sides bind a global, a name a nested "
+                                                "function reads, or del a name)")
+            return node
         self.count += 1
         k = self.count
         names = _bound(node.body) + [n for n in _bound(node.orelse) if n not in _bound(node.body)]
@@ -263,6 +356,8 @@ class _Rewrite(ast.NodeTransformer):
 
 def _rewritten(fn):
     """The function with its conditions rewritten, or None when its source is not available."""
+    if getattr(fn, "__wrapped__", None) is not None:
+        return None                            # a decorator's wrapper: inspect would show the wrapped source
     try:
         src = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError):
@@ -321,7 +416,7 @@ def _helper_version(fn):
     return hit
 
 
-def call(f, *args, **kwargs):
+def call(f, /, *args, **kwargs):
     """``f(*args, **kwargs)`` from a rewritten body (module doc)."""
     if type(f) is types.FunctionType:
         f = _helper_version(f)
@@ -334,7 +429,7 @@ def call(f, *args, **kwargs):
 
 # what a rewritten body calls: control.py's condition helpers and ``call``
 _NAMESPACE = types.SimpleNamespace(**{n: getattr(control, n) for n in (
-    "compare", "bool_and", "bool_or", "bool_not", "if_exp", "if_stmt", "if_return", "static_bool", "bound")},
+    "compare", "compare_chain", "contains", "bool_and", "bool_or", "bool_not", "if_exp", "if_stmt", "if_return", "static_bool", "bound")},
     call=call)
 
 

@@ -17,6 +17,7 @@ A condition that can be neither decided now nor branched on at run time (a tenso
 from __future__ import annotations
 
 import itertools
+import numbers
 
 import sympy
 from sympy.core.relational import Relational
@@ -187,7 +188,7 @@ def condition(pred, loc=None):
     if isinstance(pred, (bool, int, float)) and not isinstance(pred, sympy.Basic):
         return bool(pred)
     if isinstance(pred, sympy.Basic):
-        if not isinstance(pred, Boolean):
+        if not _is_boolean(pred):
             if pred.is_number:
                 return bool(pred != 0)
             pred = sympy.Ne(pred, 0)
@@ -338,7 +339,13 @@ def _check_shape(m, v, k, loc):
 
 def _scalar(v) -> bool:
     return (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, sympy.Basic) and not
-                                                                 isinstance(v, Boolean))
+                                                                 _is_boolean(v))
+
+
+def _is_boolean(v) -> bool:
+    """A sympy truth value (a relation, And / Or / Not, true / false); a Symbol is a sympy Boolean too,
+    but pypto's symbols (sizes, loop indices, data scalars) are integers."""
+    return isinstance(v, Boolean) and not isinstance(v, sympy.Expr)
 
 
 def cond(pred, true_fn, false_fn=None):
@@ -397,67 +404,109 @@ def _symbolic(v) -> bool:
     return isinstance(v, sympy.Basic) and bool(v.free_symbols)
 
 
+def _number(v) -> bool:
+    return isinstance(v, (sympy.Basic, numbers.Number)) and not isinstance(v, bool)
+
+
+def _compare1(op, a, b):
+    if (_symbolic(a) or _symbolic(b)) and _number(a) and _number(b):
+        r = _CMP[op](a, b)
+        d = _decide(r) if isinstance(r, Boolean) else None
+        return d if d is not None else r
+    return _PY[op](a, b)                # plain values, tensors, None, strings ...: Python's own
+
+
 def compare(ops, *operands):
-    """``a op b [op c ...]``: Python's answer unless an operand is a symbolic scalar (a size, a loop
-    index, a data scalar), then a sympy relation (decided later, or a run-time condition)."""
-    out = None
-    for op, a, b in zip(ops, operands, operands[1:]):
-        if (_symbolic(a) or _symbolic(b)) and not isinstance(a, Tensor) and not isinstance(b, Tensor):
-            r = _CMP[op](a, b)
-            d = _decide(r) if isinstance(r, Boolean) else None
-            r = d if d is not None else r
+    """``a op b [op c ...]``: Python's answer unless both operands are numbers and one is a symbolic
+    scalar (a size, a loop index, a data scalar), then a sympy relation (decided later, or a run-time
+    condition)."""
+    if len(ops) == 1:
+        return _compare1(ops[0], *operands)
+    return compare_chain(ops, operands[0], *[(lambda v=v: v) for v in operands[1:]])
+
+
+def compare_chain(ops, first, *thunks):
+    """``a op b op c ...``: each operand evaluated once, in order, none after the first false link."""
+    links, a = [], first
+    for op, th in zip(ops, thunks):
+        b = th()
+        links.append(lambda r=_compare1(op, a, b): r)
+        a = b
+        if not _is_cond(links[-1]()) and not links[-1]():
+            break
+    return bool_and(*links)
+
+
+def contains(a, b, negate: bool):
+    """``a in b`` / ``a not in b``: over a tuple, list, set or range holding a symbolic scalar (or one
+    looked up), ``a == e`` for the elements (Python's ``in`` would compare sympy expressions
+    structurally); Python's own otherwise."""
+    if isinstance(b, range) and _symbolic(a) and _number(a):
+        if b.step == 1:
+            r = bool_and(lambda: _compare1(">=", a, b.start), lambda: _compare1("<", a, b.stop))
+        elif len(b) <= 64:
+            r = bool_or(*[(lambda e=e: _compare1("==", a, e)) for e in b]) if len(b) else False
         else:
-            r = _PY[op](a, b)
-        if len(ops) == 1:
-            return r
-        out = r if out is None else bool_and(lambda o=out: o, lambda r=r: r)
-        if out is False:
-            return False
-    return out
+            raise PyptoError(f"`{a} in {b}` on a run-time value: a range of step {b.step} has {len(b)} "
+                             "values", loc=user_location(), hint="write the condition with comparisons and %")
+    elif isinstance(b, (tuple, list, set, frozenset)) and (
+            _symbolic(a) or any(_symbolic(e) for e in b)):
+        r = bool_or(*[(lambda e=e: _compare1("==", a, e) if _number(a) and _number(e) else a == e)
+                      for e in b]) if len(b) else False
+    else:
+        return (a not in b) if negate else (a in b)
+    return bool_not(r) if negate else r
 
 
 def _is_cond(v) -> bool:
     return isinstance(v, Boolean) and not isinstance(v, BooleanAtom) or _symbolic(v)
 
 
+def _truth(v):
+    """Python's truth value of an operand of and / or / not: True / False, or a sympy condition when
+    only the run decides it."""
+    if _is_cond(v) or isinstance(v, Tensor):
+        return condition(v, user_location())     # a tensor: the error
+    return bool(v)
+
+
+def _logic(v):
+    """``v`` as an operand of a sympy And / Or."""
+    t = _truth(v)
+    return sympy.true if t is True else (sympy.false if t is False else t)
+
+
 def bool_and(*thunks):
-    """``a and b ...`` keeping Python's short-circuit; symbolic operands make a sympy And."""
-    sym_parts, value = [], True
-    for th in thunks:
-        value = th()
-        if _is_cond(value):
-            c = condition(value)
-            if c is False:
-                return False
-            if c is not True:
-                sym_parts.append(c)
-            continue
-        if isinstance(value, Tensor):
-            condition(value, user_location())       # a tensor's truth value: the error
-        if not value:
-            return value if not sym_parts else False
-    if sym_parts:
-        return sympy.And(*sym_parts) if value is True or _is_cond(value) else sympy.And(*sym_parts)
-    return value
+    """``a and b ...``: Python's value (the first false operand, else the last) and short-circuit; an
+    operand only the run decides makes a sympy And of conditions (a Piecewise of two integer values)."""
+    value = thunks[0]()
+    if len(thunks) == 1:
+        return value
+    t = _truth(value)
+    if t is False:
+        return value
+    rest = bool_and(*thunks[1:])
+    if t is True:
+        return rest
+    if _scalar(value) and _scalar(rest):
+        return sympy.Piecewise((rest, t), (value, True))
+    return sympy.And(t, _logic(rest))
 
 
 def bool_or(*thunks):
-    """``a or b ...``."""
-    sym_parts, value = [], False
-    for th in thunks:
-        value = th()
-        if _is_cond(value):
-            c = condition(value)
-            if c is True:
-                return True
-            if c is not False:
-                sym_parts.append(c)
-            continue
-        if isinstance(value, Tensor):
-            condition(value, user_location())
-        if value:
-            return value if not sym_parts else True
-    return sympy.Or(*sym_parts) if sym_parts else value
+    """``a or b ...``: Python's value (the first true operand, else the last); see bool_and."""
+    value = thunks[0]()
+    if len(thunks) == 1:
+        return value
+    t = _truth(value)
+    if t is True:
+        return value
+    rest = bool_or(*thunks[1:])
+    if t is False:
+        return rest
+    if _scalar(value) and _scalar(rest):
+        return sympy.Piecewise((value, t), (rest, True))
+    return sympy.Or(t, _logic(rest))
 
 
 def bool_not(v):

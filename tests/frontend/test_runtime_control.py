@@ -3,6 +3,7 @@ from a one-element int tensor) and run-time branches (if / elif / else, a if c e
 is_loop_begin / is_loop_end), each on sim and cpu against torch; the errors name the user's line and
 no undecidable condition is silently False."""
 import dataclasses
+import functools
 import inspect
 
 import pytest
@@ -300,7 +301,16 @@ def _undecidable_forms():
     def data_while(lens, x, out):
         while pypto.item(lens, 0) > 0:
             out[0:1, :] = pypto.view(x, [1, 4], [0, 0])
+    def closure_reads_a_branch_value(x, out):
+        def scale():
+            return s                # reads the function's s: an if binding s cannot move into side functions
+        for i in pypto.loop(x.shape[0]):
+            s = 1.0
+            if i == 0:
+                s = 2.0
+            out[i:i + 1, :] = pypto.view(x, [1, 4], [i, 0]) * scale()
     return [(tensor_value, "if x.sum() > 0", TypeMismatchError),
+            (closure_reads_a_branch_value, "if i == 0", PyptoError),
             (while_loop, "while i < 2", PyptoError),
             (if_with_return, "if i == 0", PyptoError),
             (assertion, "assert i < 2", PyptoError),
@@ -373,3 +383,132 @@ def test_a_timing_only_run_reads_the_callers_tensors():
         f(torch.tensor([n, 0, 0, 0], dtype=torch.int32), torch.randn(8, 64), torch.zeros(8, 64))
         tasks.append(pypto.last_report().tasks)
     assert tasks[0] < tasks[1] < tasks[2]                   # the trip count came from the data
+
+
+# ------------------------------------------------------ the rewrite keeps the meaning of plain Python
+COUNTER = 0
+
+
+def _twice(fn):
+    @functools.wraps(fn)
+    def wrapper(*a, **k):
+        return fn(*a, **k) * 2.0
+    return wrapper
+
+
+@_twice
+def _plus_one(x):
+    return x + 1.0
+
+
+def _scaled_by(x, f=1.0):
+    return x * f
+
+
+def _boom():
+    raise AssertionError("a chained comparison evaluated an operand past its first false link")
+
+
+X = pypto.Tensor[[pypto.DYNAMIC, 16], pypto.float32]     # x.shape[0] a size symbol, x.shape[1] 16
+
+
+def _plain_python_forms():
+    """(name, body, factor): each body returns x * factor in plain Python; none has a symbolic condition
+    except `x.shape[0] or 1` (a size, decided true)."""
+    def keyword_named_f(x: X):
+        return _scaled_by(x, f=2.0)                 # call(f, ...) of the rewrite must not take f=
+
+    def decorated_helper(x: X):
+        return _plus_one(x)                         # functools.wraps: the decorator stays
+
+    def global_in_if(x: X):
+        global COUNTER
+        if x.shape[1] == 16:
+            COUNTER += 1
+        return x * float(COUNTER > 0)
+
+    def chain_stops_at_first_false(x: X):
+        if 1 < 0 < _boom():
+            return x * 0.0
+        return x * 3.0
+
+    def del_in_if(x: X):
+        tmp = 5.0
+        if x.shape[1] == 16:
+            del tmp
+        return x * 1.0
+
+    def closure_reads_a_name_bound_after_an_early_return(x: X):
+        def g():
+            return scale
+        if x.shape[1] == 8:
+            return x
+        scale = 3.0
+        return x * g()
+
+    def closure_called_in_an_if(x: X):
+        def g():
+            return scale
+        scale = 1.0
+        if x.shape[1] == 16:
+            scale = 4.0
+            y = x * g()
+        return y
+
+    def walrus_in_a_comprehension(x: X):
+        last = 0.0
+        if x.shape[1] == 16:
+            _ = [last := v for v in (1.0, 5.0)]
+        return x * last
+
+    def walrus_in_and(x: X):
+        if (k := x.shape[1]) == 16 and k > 8:
+            return x * 2.0
+        return x
+
+    def size_or_value(x: X):
+        n = x.shape[0] or 1                         # Python's value of `or`: the size, not True
+        return pypto.view(x, [1, 16], [n - 1, 0]) * 1.0
+
+    def none_comparison(x: X):
+        if x.shape[0] == None:                      # noqa: E711  Python's answer (False), no sympy error
+            return x * 0.0
+        return x * 1.0
+
+    return [(keyword_named_f, 2.0), (decorated_helper, None), (global_in_if, 1.0),
+            (chain_stops_at_first_false, 3.0), (del_in_if, 1.0),
+            (closure_reads_a_name_bound_after_an_early_return, 3.0), (closure_called_in_an_if, 4.0),
+            (walrus_in_a_comprehension, 5.0), (walrus_in_and, 2.0), (size_or_value, "last_row"),
+            (none_comparison, 1.0)]
+
+
+@pytest.mark.parametrize("form", _plain_python_forms(), ids=lambda f: f[0].__name__)
+def test_the_rewrite_keeps_plain_pythons_meaning(form):
+    fn, factor = form
+    x = torch.randn(5, 16)
+    out = pypto.jit(fn, backend="reference")(x)
+    ref = (x + 1.0) * 2.0 if factor is None else (x[4:5] if factor == "last_row" else x * factor)
+    close(out, ref, torch.float32)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_in_and_or_on_loop_indices(backend):
+    """`i in (0, 3)` is a condition on the index (Python's `in` would compare structurally: never true);
+    `i or k` is Python's value of `or` (i when i != 0), merged as a scalar when only the run decides."""
+    @pypto.jit(backend=backend)
+    def f(x: pypto.Tensor[[pypto.DYNAMIC, 16], pypto.float32], out: pypto.Tensor[[pypto.DYNAMIC, 16], pypto.float32]):
+        for i in pypto.loop(x.shape[0]):
+            src = i or 2                                    # row 2 for i == 0, else row i
+            xv = pypto.view(x, [1, 16], [src, 0])
+            if i in (0, 3):
+                out[i:i + 1, :] = xv * 2.0
+            elif i not in range(1, 3):
+                out[i:i + 1, :] = xv * 5.0
+            else:
+                out[i:i + 1, :] = xv
+    x = torch.randn(5, 16)
+    out = torch.zeros(5, 16)
+    f(x, out)
+    rows = torch.tensor([2, 1, 2, 3, 4])
+    ref = x[rows] * torch.tensor([2.0, 1.0, 1.0, 2.0, 5.0])[:, None]
+    close(out, ref, torch.float32)
