@@ -152,6 +152,20 @@ class _Bound(ast.NodeVisitor):
 
     visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_ListComp
 
+    def visit_MatchAs(self, node):             # match-statement captures: case [a, *rest] / {**kw} / x as y
+        if node.name:
+            self._add(node.name)
+        self.generic_visit(node)
+
+    def visit_MatchStar(self, node):
+        if node.name:
+            self._add(node.name)
+
+    def visit_MatchMapping(self, node):
+        if node.rest:
+            self._add(node.rest)
+        self.generic_visit(node)
+
     def visit_Import(self, node):
         for a in node.names:
             self._add((a.asname or a.name).split(".")[0])
