@@ -1,10 +1,12 @@
 """Tiling hints checked against the machine a program is compiled for.
 
-``check_hints(graph, spec)``: TensorGraph in, nothing out (the graph is not changed). Every node
-that carries a hint recorded by the front end (pypto/frontend/hints.py) — ``vec_tile`` on vector
-ops, ``cube_tile`` on cube ops, loop bodies included — is checked against ``spec``: a vector tile's
-last dim holds a multiple of the machine alignment in the narrowest dtype, and the tile fits UB
-double-buffered in the widest; a cube tile's kL0 and nL0 are aligned and its L0A / L0B / L0C / L1
+``check_hints(graph, spec)``: TensorGraph in, nothing out. Every node that carries a hint recorded by
+the front end (pypto/frontend/hints.py) — ``vec_tile`` on vector ops, ``cube_tile`` on cube ops, loop
+bodies included — is checked against ``spec``: a vector tile's last dim must hold a multiple of the
+machine alignment in the narrowest dtype — a hint is a request, so a last dim that does not is
+rounded up to the next aligned size (``attrs["vec_tile"]`` is the fitted tile, ``vec_tile_request``
+what the user asked for, ``hint_adjusted`` why; the tiler reports it in the kernel's decisions) —
+and the tile fits UB double-buffered in the widest; a cube tile's kL0 and nL0 are aligned and its L0A / L0B / L0C / L1
 tiles fit their buffers. A hint that does not fit raises ``TilingError`` at the hinted op's line, except on an op a pass
 inserted with the hint of the op it replaces (``attrs["hint_inherited"]``): the user wrote no hint
 for it.
@@ -28,8 +30,11 @@ def check_hints(g, spec) -> None:
             continue
         infos = [g.info(i) for i in node["inputs"]]
         if attrs.get("vec_tile") is not None:
+            values = hinted_values(infos, g.info(nid))
+            if not attrs.get("hint_inherited"):      # the user's request (an inserted op: see below)
+                _fit_vec(attrs, values, spec)
             try:
-                check_vec(attrs["vec_tile"], hinted_values(infos, g.info(nid)), spec, node["loc"])
+                check_vec(attrs["vec_tile"], values, spec, node["loc"])
             except TilingError:
                 # an op a pass inserted with the hint of the op it replaces (an autocast's fp32 copy, a
                 # decomposition's bool mask) is not the user's to fix: the lowering fits the tile to it
@@ -37,6 +42,37 @@ def check_hints(g, spec) -> None:
                     raise
         if attrs.get("cube_tile") is not None:
             check_cube(attrs["cube_tile"], infos, spec, node["loc"])
+
+
+def aligned_vec_tile(dims: tuple, values: list, spec) -> tuple:
+    """``dims`` with its last entry rounded up so that a row of the narrowest dtype of ``values`` is a
+    multiple of the machine alignment (``dims`` itself when it already is)."""
+    if not values or not any(len(v.shape) for v in values) or not dims:
+        return tuple(dims)
+    narrowest = min(v.dtype.itemsize for v in values)
+    if spec.alignment % narrowest:
+        return tuple(dims)
+    step = spec.alignment // narrowest
+    last = -(-dims[-1] // step) * step
+    return tuple(dims[:-1]) + (last,)
+
+
+def _fit_vec(attrs: dict, values: list, spec) -> None:
+    """Round the vector hint of one node to the machine's alignment (from what the user asked for, so
+    that a second check or another machine starts from the request again)."""
+    req = tuple(attrs.get("vec_tile_request") or attrs["vec_tile"])
+    fitted = aligned_vec_tile(req, values, spec)
+    if fitted == req:
+        if "vec_tile_request" in attrs:      # fitted before, for a machine that needed it: the request again
+            attrs["vec_tile"] = req
+            del attrs["vec_tile_request"]
+            attrs.pop("hint_adjusted", None)
+        return                               # (an op re-traced with a fitted hint keeps its note)
+    narrowest = min(v.dtype.itemsize for v in values)
+    attrs["vec_tile"], attrs["vec_tile_request"] = fitted, req
+    attrs["hint_adjusted"] = (f"vector tile {list(req)} -> {list(fitted)}: a last dim of {req[-1]} holds "
+                              f"{req[-1] * narrowest} bytes of the {narrowest}-byte dtype, rounded up to the "
+                              f"{spec.alignment}-byte alignment of machine {spec.name}")
 
 
 def check_vec(dims: tuple, values: list, spec, loc) -> None:

@@ -51,6 +51,8 @@ def rebuild(g: TensorGraph, rewrite) -> TensorGraph:
                 for m in range(first, new._next):
                     if new.nx.has_node(m):
                         new.node(m)["loc"] = loc
+                        if attrs.get("hint_adjusted") and new.node(m)["attrs"].get("vec_tile"):
+                            new.node(m)["attrs"]["hint_adjusted"] = attrs["hint_adjusted"]   # passes/hints.py
                 vals[nid] = out
                 continue
             if op == "loop":

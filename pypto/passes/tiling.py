@@ -580,8 +580,11 @@ class _Body:
 def _record_tile_source(g, nodes, progs, hint_attr) -> None:
     """The report's decisions: whether a hint (frontend/hints.py) or the chooser set the tiles."""
     source = "hint" if any(g.node(n)["attrs"].get(hint_attr) for n in nodes) else "chooser"
+    adjusted = sorted({g.node(n)["attrs"]["hint_adjusted"] for n in nodes if g.node(n)["attrs"].get("hint_adjusted")})
     for p in progs:
         p.attrs["tile_source"] = source
+        if adjusted and hint_attr == "vec_tile":
+            p.attrs["hint_adjusted"] = adjusted      # passes/hints.py rounded the request to the alignment
 
 
 def _ub_fits(prog, machine) -> bool:

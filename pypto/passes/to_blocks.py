@@ -199,4 +199,6 @@ def lower_program(p: TileProgram, machine, core: CoreType = CoreType.AIV):
         "kind": p.kind, "tile_source": p.attrs.get("tile_source", "chooser"),
         "tile": {a.name: a.tile for a in p.axes}, "sizes": {a.name: a.size for a in p.axes},
         "pipelining": 2 if (pingpong_outer or pingpong_inner) else 1, "block_dim": block_dim}
+    if p.attrs.get("hint_adjusted"):
+        kernel.attrs["decisions"]["hint_adjusted"] = p.attrs["hint_adjusted"]
     return kernel, block_dim, regions

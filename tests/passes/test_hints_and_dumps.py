@@ -67,8 +67,9 @@ def test_a_hint_does_not_leak_into_a_later_trace_whose_graph_has_the_same_addres
 
 
 # a hint with more dims than the op is not an error: the op takes its trailing dims (CANN's rule,
-# tests/frontend/test_cann_api.py); one with fewer dims is
-@pytest.mark.parametrize("dims,what", [((8, 12), "alignment"), ((64,), "rank"), ((512, 512), "UB")])
+# tests/frontend/test_cann_api.py); one with fewer dims is. An unaligned last dim is rounded up
+# (test_unaligned_vec_hint_is_rounded_up_to_the_alignment)
+@pytest.mark.parametrize("dims,what", [((64,), "rank"), ((512, 512), "UB")])
 def test_bad_vec_hint_raises_at_the_user_line(dims, what):
     def f(x):
         pypto.set_vec_tile_shapes(*dims)
@@ -77,6 +78,40 @@ def test_bad_vec_hint_raises_at_the_user_line(dims, what):
         lowered(f, rand((16, 64)))                      # rank at the trace, the rest when compiled
     assert e.value.loc.file == __file__ and e.value.loc.line == f.__code__.co_firstlineno + 2
     assert {"alignment": "alignment", "rank": "dims", "UB": "UB"}[what] in str(e.value)
+
+
+@pytest.mark.parametrize("dims,shape,dtype,to,want", [
+    ((8, 12), (16, 64), torch.float32, None, (8, 16)),          # 48 bytes of fp32 -> 64
+    ((8,), (100,), torch.float32, torch.float16, (16,)),       # CANN's cast example: 16 bytes of fp16 -> 32
+    ((4, 8), (37, 45), torch.bfloat16, None, (4, 16)),          # a tail in both dims, bf16 computed in fp32
+    ((2, 24), (9, 50), torch.float16, torch.float32, (2, 32)),  # fp16 -> fp32 cast: the narrowest dtype counts
+])
+def test_unaligned_vec_hint_is_rounded_up_to_the_alignment(dims, shape, dtype, to, want):
+    """A hint is a request: a last dim whose row is not a multiple of the machine's 32-byte alignment is
+    rounded up to the next aligned size (never a failure), the result is torch's, and the report's
+    decisions say what was asked and what was used."""
+    def f(x):
+        pypto.set_vec_tile_shapes(*dims)
+        y = x * 2
+        return y.to(pypto.dtypes.from_torch(to)) if to is not None else y.exp()
+    x = rand(shape, dtype, seed=4)
+    out = pypto.jit(f, backend="sim")(x)
+    ref = (x * 2).to(to) if to is not None else (x.float() * 2).exp().to(dtype)
+    tol = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}[dtype]
+    torch.testing.assert_close(out, ref, rtol=tol, atol=tol)
+    decisions = pypto.last_report().decisions
+    notes = [n for d in decisions.values() for n in d.get("hint_adjusted", [])]
+    assert notes and all(f"{list(dims)} -> {list(want)}" in n and "32-byte alignment" in n for n in notes), decisions
+    tiles = {t.shape for k in lowered(f, x).kernels.values() for t in k.blocks[0].tiles}
+    assert all(s[-1] <= want[-1] for s in tiles) and any(s[-1] == min(want[-1], shape[-1]) for s in tiles), tiles
+
+
+def test_aligned_vec_hint_is_not_adjusted():
+    def f(x):
+        pypto.set_vec_tile_shapes(8, 16)
+        return x.exp()
+    pypto.jit(f, backend="sim")(rand((16, 64)))
+    assert all("hint_adjusted" not in d for d in pypto.last_report().decisions.values())
 
 
 @pytest.mark.parametrize("m,k,n", [([64, 32], [32, 32], [64, 64]), ([128, 128], [256, 256], [256, 256])])

@@ -27,6 +27,7 @@ CASES = {
     "gather_last": (lambda x, i: pypto.gather(x, 1, i), (X, GIDX)),
     "gather_first": (lambda x, i: pypto.gather(x, 0, i), (X, GIDX[:, :5] % 6)),
     "index_select": (lambda x, i: pypto.index_select(x, 0, i), (X, IDX)),
+    "scatter_value": (lambda x, i: pypto.scatter(x, 1, i, -3.0) * 2, (X, GIDX)),   # tests/ops/test_scatter.py
     "index_select_cols": (lambda x, i: pypto.index_select(x, 1, i), (X, IDX)),
     "remainder": (lambda x: x % 0.7, (X,)),
     "remainder_int": (lambda x: x % 3, (XI,)),
