@@ -37,6 +37,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import os
 import textwrap
 import types
 import weakref
@@ -413,6 +414,13 @@ def _rewritten(fn):
     return new
 
 
+def _is_library(filename: str) -> bool:
+    """An installed package's file (a virtual environment's or the system's site / dist-packages, which
+    errors._is_internal does not cover when they lie outside the standard library's directory)."""
+    parts = os.path.abspath(filename).split(os.sep)
+    return "site-packages" in parts or "dist-packages" in parts
+
+
 def _helper_version(fn):
     """A user function as a call inside a rewritten body runs it: rewritten too (cached), or as it is."""
     try:
@@ -421,7 +429,7 @@ def _helper_version(fn):
         return fn
     if hit is None:
         hit = fn
-        if not _is_internal(fn.__code__.co_filename):
+        if not _is_internal(fn.__code__.co_filename) and not _is_library(fn.__code__.co_filename):
             try:
                 hit = _rewritten(fn) or fn
             except Exception:                  # noqa: BLE001  a rewrite that fails leaves the function as written

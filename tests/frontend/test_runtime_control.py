@@ -523,3 +523,20 @@ def test_in_and_or_on_loop_indices(backend):
     rows = torch.tensor([2, 1, 2, 3, 4])
     ref = x[rows] * torch.tensor([2.0, 1.0, 1.0, 2.0, 5.0])[:, None]
     close(out, ref, torch.float32)
+
+
+def test_installed_libraries_functions_run_as_written(tmp_path, monkeypatch):
+    """A call in a rewritten body runs an installed package's function as it is (only the user's own
+    files are rewritten), wherever site-packages lies (a virtual environment's is outside the stdlib)."""
+    from pypto.frontend import conditions
+    lib = tmp_path / "venv" / "lib" / "site-packages"
+    lib.mkdir(parents=True)
+    (lib / "rv_lib_mod.py").write_text("def pick(a, b):\n    if a:\n        return a\n    return b\n")
+    (tmp_path / "rv_user_mod.py").write_text("def pick(a, b):\n    if a:\n        return a\n    return b\n")
+    monkeypatch.syspath_prepend(str(lib))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import rv_lib_mod
+    import rv_user_mod
+    assert conditions._helper_version(rv_lib_mod.pick) is rv_lib_mod.pick
+    user = conditions._helper_version(rv_user_mod.pick)
+    assert user is not rv_user_mod.pick and user(0, 3) == 3 and user(2, 3) == 2
