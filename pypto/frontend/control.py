@@ -361,38 +361,32 @@ def cond(pred, true_fn, false_fn=None):
 
 
 # the helpers frontend/conditions.py's rewrite of a jit function's body calls
-def if_stmt(pred, then_fn, else_fn, before, line=None):
-    """An ``if`` statement: ``then_fn(*before)`` / ``else_fn(*before)`` return the values of the names the
-    statement binds."""
-    loc = user_location()
-    c = condition(pred, loc)
-    if c is True:
-        return then_fn(*before)
-    if c is False:
-        return else_fn(*before)
-    return _branch(c, (lambda: then_fn(*before), lambda: else_fn(*before)), tuple(before), loc)
-
-
-def if_return(pred, then_fn, else_fn, before):
-    """``if pred: ... return a`` followed by the rest of a function body (``else_fn``): the value returned."""
-    loc = user_location()
-    c = condition(pred, loc)
-    if c is True:
-        return then_fn(*before)
-    if c is False:
-        return else_fn(*before)
-    return _branch(c, (lambda: then_fn(*before), lambda: else_fn(*before)), None, loc)
-
-
-def if_exp(pred, then_fn, else_fn):
-    """``a if pred else b``."""
+def _choose(pred, then_fn, else_fn, before):
+    """``then_fn()`` or ``else_fn()`` when trace time decides ``pred``, else both as a run-time branch
+    (``before``: the values the sides start from, see _branch)."""
     loc = user_location()
     c = condition(pred, loc)
     if c is True:
         return then_fn()
     if c is False:
         return else_fn()
-    return _branch(c, (then_fn, else_fn), None, loc)
+    return _branch(c, (then_fn, else_fn), before, loc)
+
+
+def if_stmt(pred, then_fn, else_fn, before):
+    """An ``if`` statement: ``then_fn(*before)`` / ``else_fn(*before)`` return the values of the names the
+    statement binds."""
+    return _choose(pred, lambda: then_fn(*before), lambda: else_fn(*before), tuple(before))
+
+
+def if_return(pred, then_fn, else_fn, before):
+    """``if pred: ... return a`` followed by the rest of a function body (``else_fn``): the value returned."""
+    return _choose(pred, lambda: then_fn(*before), lambda: else_fn(*before), None)
+
+
+def if_exp(pred, then_fn, else_fn):
+    """``a if pred else b``."""
+    return _choose(pred, then_fn, else_fn, None)
 
 
 _CMP = {"==": sympy.Eq, "!=": sympy.Ne, "<": sympy.Lt, "<=": sympy.Le, ">": sympy.Gt, ">=": sympy.Ge}
