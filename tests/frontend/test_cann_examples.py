@@ -52,7 +52,8 @@ EXAMPLES = {
     "models/qwen3_next/qwen3_next_gated_delta_rule.py": (["test_b1_nqk2_nv4_s1026"], {
         "test_b1_nqk2_nv4_s1026": "a tail view's shape is its valid shape in pypto: tril [128, 128] @ "
                                   "gate_view [min(128, s - s_idx), 1] is a K mismatch where CANN multiplies "
-                                  "the [128, 1] box",
+                                  "the [128, 1] box (its non-tail branch); boxing matmul operands alone is not "
+                                  "enough: kkt [min, min] * decay_mask [128, 128] (impl line 92) is next",
     }, True),
 }
 
