@@ -86,6 +86,8 @@ def compile_graph(graph, backend: str, options: dict) -> Compiled:
         lower = importlib.import_module("pypto.passes.pipeline").lower
     except ModuleNotFoundError as e:
         raise PyptoError(f"backend '{backend}' needs the lowering pipeline, which is not available: {e}") from None
+    if backend == "cpu":      # g++ compiles the launch runtime (once per cache) while Python lowers the graph
+        importlib.import_module("pypto.runtime.cpu").prepare()
     program = lower(graph, machine=options.get("machine"), dump=dump if dump is not None else False)
     if dump is not None:
         from .runtime.dump_cpp import write_cpp

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CompileError
-from ..ir.block import Kernel
+from ..ir.block import CoreType, Kernel
 from .abi import KernelABI
 from .kernel import kernel_source
 from ..sanitize import cpp_string
@@ -85,9 +85,49 @@ def cpu_units(abis: list[KernelABI], files: dict[str, str]) -> dict[str, CpuUnit
         body, text = _body(a, files[f"kernels/{a.ident}.cpp"])
         served.setdefault(body, []).append(a)
         texts[body] = text
-    return {f"units/{body}.cpp": CpuUnit(texts[body], group[0].has_cube, tuple(a.ident for a in group),
-                                         "".join(_entry(a, body) for a in group))
-            for body, group in served.items()}
+    units: dict[str, CpuUnit] = {}
+    for body, group in served.items():
+        parts = _split_cores(group[0], texts[body])
+        kernels, entries = tuple(a.ident for a in group), "".join(_entry(a, body) for a in group)
+        if parts is None:
+            units[f"units/{body}.cpp"] = CpuUnit(texts[body], group[0].has_cube, kernels, entries)
+        else:
+            units[f"units/{body}.cpp"] = CpuUnit(parts[0], True, kernels, entries)
+            units[f"units/{body}{VECTOR_PART}.cpp"] = CpuUnit(parts[1], False)
+    return units
+
+
+VECTOR_PART = "_aiv"       # units/<body>_aiv.cpp: the vector program of a kernel with both kinds of core
+
+
+def _split_cores(abi: KernelABI, unit: str) -> tuple[str, str] | None:
+    """A kernel with a cube and a vector program as two translation units, compiled in parallel and
+    (runtime/cpu/units.py): (its unit with the vector program declared
+    only, the vector program's unit: the kernel's declarations and that function, without the
+    entries). None for a kernel with one kind of core, or a text not of the form the split expects.
+    A large kernel is then no longer one job that the other CPUs wait for: the d=256 block's flash
+    attention made one of its two -O2 units 4.1 s of g++ CPU beside 2.5 s; split, they are 3.3 + 3.3."""
+    spans = {}
+    for core in (CoreType.AIC, CoreType.AIV):
+        fn = abi.block_fns.get(core)
+        if fn is None:
+            return None
+        head = f"AICORE inline void {fn}([[maybe_unused]] const Args& args, [[maybe_unused]] const pypto::CoreIndex& core)\n{{\n"
+        start = unit.find(head)
+        end = unit.find("\n}\n", start) + 3      # the body is indented: its closing brace is the first at column 0
+        if start < 0 or unit.count(head) != 1 or end < 3 or not unit.startswith("#endif\n", end):
+            return None
+        spans[core] = (start, end, head)
+    (cs, ce, _), (vs, ve, vhead) = spans[CoreType.AIC], spans[CoreType.AIV]
+    entry = unit.find('extern "C" int pypto_launch_')
+    close = unit.find("\n}\n", ve + len("#endif\n")) + 3      # the kernel's namespace
+    if not ce <= vs or entry < ve or close < 3 or close > entry:
+        return None
+    declared = vhead.replace("AICORE inline void", "void").replace("\n{\n", ";\n").replace("[[maybe_unused]] ", "")
+    cube = unit[:vs] + declared + unit[ve:]
+    vector = (unit[:cs] + unit[ce:vs] + declared +      # declared as in the cube unit
+              unit[vs:ve].replace("AICORE inline void", "AICORE void", 1) + unit[ve:close])
+    return cube, vector
 
 
 _BODY = "PYPTO_BODY"

@@ -20,13 +20,14 @@ import time
 import weakref
 
 from ...codegen import generate_module
+from ...errors import PyptoError
 from ...ir.block import Kernel
 from ...ir.execution import ExecutionGraph
 from ...machine import machine_spec
 from ..host import GMBuffers, Geometry, abi_scalars, bind_sizes, expand, one_task_graph, written_bases
 from ..host.work import count_work, minimal_gm_bytes
 from ..report import Report, kernel_decisions, set_last_report
-from . import compiler
+from . import compiler, units
 from .compiler import STATS, INCLUDE_DIR
 from .errors import BuildWarning, CpuKernelError, FlagWarning
 from .core_count import cores_to_run
@@ -63,6 +64,16 @@ class KernelSet:
 
     def launch(self, kernel: str, gm, ints, reals, block_dim: int, threads: int, machine):
         self.prepare(kernel, ints, reals, block_dim, machine)(gm, threads)
+
+
+def prepare(checked: bool | None = None) -> None:
+    """A compilation for the cpu backend starts (backends.compile_graph): compile the launch runtime's
+    unit of this build mode in the background meanwhile, if the kernel cache lacks it (units.prepare_runtime)."""
+    try:
+        flags = build_flags(checked)
+    except PyptoError:          # a bad PYPTO_CPU_OPT: the build says so
+        return
+    units.prepare_runtime(flags)
 
 
 def build(kernels, machine=None, checked: bool | None = None) -> tuple[KernelSet, compiler.BuildResult | None]:

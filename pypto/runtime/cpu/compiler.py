@@ -52,8 +52,8 @@ if platform.machine() in ("x86_64", "AMD64"):
 
 def cxx_flags() -> tuple[str, ...]:
     """CXX_FLAGS with the target of PYPTO_CPU_MARCH (default: native, the host's widest vectors) and
-    the optimisation level of PYPTO_CPU_OPT (default -O3, which units.opt_flags lowers to -O2 for
-    kernels without a cube program; PYPTO_CPU_OPT=-O1 builds about 2x faster, runs vector code ~4x slower)."""
+    the optimisation level of PYPTO_CPU_OPT (default -O3: the runtime unit's; units.kernel_flags lowers it to -O2
+    for the kernel units; PYPTO_CPU_OPT=-O1 builds about 2x faster, runs vector code ~4x slower)."""
     march = os.environ.get("PYPTO_CPU_MARCH", "native")
     opt = os.environ.get("PYPTO_CPU_OPT", "").strip() or "-O3"
     if opt not in OPT_LEVELS:

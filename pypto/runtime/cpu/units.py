@@ -27,6 +27,7 @@ import fcntl
 import hashlib
 import os
 import shlex
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -64,18 +65,19 @@ def jobs() -> int:
 def build_units(units: dict, flags=None, distrust: Path | None = None) -> compiler.BuildResult:
     """Compile ``units`` (units/<name>.cpp -> codegen.CpuUnit, one kernel each) and the runtime unit
     into one cached library: the kernels joined into about jobs() translation units (``groups``),
-    each at its optimisation level (``opt_flags``)."""
+    at the kernels' optimisation level (``kernel_flags``); the runtime unit at ``flags`` (TMATMUL's
+    fp32 product runs about 2x faster at -O3 than at -O2)."""
     cxx = compiler.compiler()
     flags = compiler.flags_for(cxx, flags)
-    plan = {RUNTIME_UNIT: (RUNTIME_TEXT, opt_flags(flags, has_cube=True), 0)}     # the fp32 product's level
+    plan = {RUNTIME_UNIT: (RUNTIME_TEXT, flags, 0)}
     levels: dict[tuple, dict[str, str]] = {}
     for rel, unit in units.items():
-        levels.setdefault(opt_flags(flags, unit.has_cube), {})[rel] = unit.text
+        levels.setdefault(kernel_flags(flags), {})[rel] = unit.text
     total = sum(len(u.text) for u in units.values()) or 1
     for i, (level, texts) in enumerate(sorted(levels.items())):
         share = max(1, round(jobs() * sum(map(len, texts.values())) / total))   # a unit more costs its parse
         for rel, (text, members) in groups(texts, share).items():
-            kernels = sum(max(1, len(units[m].kernels)) for m in members)
+            kernels = sum(len(units[m].kernels) for m in members)      # a kernel's vector part counts none
             plan[rel.replace("group", f"group{i}_")] = (text, level, kernels)
     entries = ABI_SOURCE + "".join(u.entries for u in units.values())
     key = compiler.build_key({**{rel: " ".join(f) + "\n" + text for rel, (text, f, _) in plan.items()},
@@ -83,11 +85,67 @@ def build_units(units: dict, flags=None, distrust: Path | None = None) -> compil
     return compiler.cached_build(key, lambda work: _build(cxx, flags, plan, entries, key, work), distrust)
 
 
-def opt_flags(flags: tuple, has_cube: bool) -> tuple:
-    """The flags of a unit: a kernel without a cube program at -O2 where the flags say -O3 (its vector
-    loops run as fast, and it compiles in about 0.6x the time); matmul kernels keep -O3 (about 2x
-    faster than at -O2). PYPTO_CPU_OPT, when set, is the level of every unit."""
-    if has_cube or os.environ.get("PYPTO_CPU_OPT", "").strip():
+_EARLY: dict[Path, threading.Event] = {}     # runtime objects being compiled ahead (set when done)
+_EARLY_LOCK = threading.Lock()
+
+
+def prepare_runtime(flags=None) -> None:
+    """Start compiling the runtime unit of these build flags on a thread of its own, unless its object
+    is cached or already under way: the cpu backend calls it when a compilation for it starts
+    (backends.compile_graph), so that on a cold cache g++ makes it while Python lowers the program
+    on the other CPU, and the build then waits for it instead of compiling it again. Never raises:
+    a failure leaves no object, and the build compiles it and reports the error."""
+    try:
+        cxx = compiler.compiler()
+        flags = compiler.flags_for(cxx, flags)
+        objects = compiler.cache_root() / "objects"
+        objects.mkdir(exist_ok=True)
+        u = _Unit(RUNTIME_UNIT, RUNTIME_TEXT, flags, 0, cxx, objects)
+    except Exception:       # no compiler, no cache: the build says why
+        return
+    with _EARLY_LOCK:
+        if u.cached or u.object in _EARLY:
+            return
+        done = _EARLY[u.object] = threading.Event()
+
+    def compile_it():
+        try:
+            work = Path(tempfile.mkdtemp(prefix="runtime.", dir=objects.parent))
+            try:
+                (work / "units").mkdir()
+                (work / RUNTIME_UNIT).write_text(RUNTIME_TEXT)
+                u.cmd = _unit_command(cxx, u, [])
+                _compile_one(u, work)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+        except Exception:
+            pass
+        finally:
+            done.set()
+            with _EARLY_LOCK:
+                _EARLY.pop(u.object, None)
+
+    threading.Thread(target=compile_it, name="pypto-runtime-unit").start()    # not a daemon: no torn file
+
+
+def _wait_early(u: "_Unit") -> None:
+    """Wait for ``u``'s object if prepare_runtime is compiling it; then it is cached (or not, if that failed)."""
+    with _EARLY_LOCK:
+        done = _EARLY.get(u.object)
+    if done is None:
+        return
+    done.wait()
+    if u.object.is_file() and u.log_path.is_file():
+        u.cached, u.log = True, u.log_path.read_text()
+
+
+def kernel_flags(flags: tuple) -> tuple:
+    """The flags of a kernel unit: -O2 where the flags say -O3. Its vector loops run as fast and its
+    cube program's product is the runtime unit's gemm_f32 (pto/cpu/gemm.hpp), so the kernels run as
+    fast (the d=256 block at 2048 tokens: 0.365 s CPU a call with its cube kernels at -O3, 0.369 s at
+    -O2) and compile in about 0.6x the time (a flash-attention kernel's cube program: 2.9 s -> 2.6 s,
+    its vector program 4.5 s -> 2.3 s). PYPTO_CPU_OPT, when set, is the level of every unit."""
+    if os.environ.get("PYPTO_CPU_OPT", "").strip():
         return flags
     return tuple("-O2" if f == "-O3" else f for f in flags)
 
@@ -220,13 +278,16 @@ def _build(cxx, flags, plan: dict[str, tuple[str, tuple, int]], entries: str, ke
     objects.mkdir(exist_ok=True)
     units = [_Unit(rel, text, unit_flags, kernels, cxx, objects) for rel, (text, unit_flags, kernels) in plan.items()]
     for u in units:
+        if not u.cached and u.rel == RUNTIME_UNIT:
+            _wait_early(u)
+    for u in units:
         path = work / u.rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(u.text)
     logs = []
     # a precompiled header per kernel level (the runtime unit alone at a level is not worth one)
     missing_pch = []
-    for unit_flags in sorted({u.flags for u in units if not u.cached and u.kernels}):
+    for unit_flags in sorted({u.flags for u in units if not u.cached and u.rel != RUNTIME_UNIT}):
         pch_dirs, pch_log, folder = precompiled_header(cxx, unit_flags)
         logs.append(pch_log)
         if folder is not None:
@@ -266,6 +327,26 @@ def _unit_command(cxx, u: _Unit, pch_dirs: list[str]) -> list[str]:
             f"-I{INCLUDE_DIR}", "-include", UNIT_HEADER, u.rel, "-o", str(u.object)]
 
 
+def _compile_one(u: _Unit, work: Path) -> _Unit:
+    """Run ``u.cmd`` in ``work``: its object renamed into the cache when whole, its log beside it;
+    a failure sets ``u.failed`` (raised by the caller's thread: the error names the user's line)."""
+    tmp = u.object.with_name(f".{u.object.name}.{os.getpid()}.{id(u)}")
+    cmd = [*u.cmd[:-1], str(tmp)]
+    try:
+        proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+    except OSError as e:
+        u.failed, u.log = -1, f"cannot run the compiler: {e}"
+        return u
+    u.log = proc.stdout + proc.stderr
+    if proc.returncode != 0 or not tmp.is_file():
+        tmp.unlink(missing_ok=True)
+        u.failed = proc.returncode
+        return u
+    _atomic_write(u.log_path, u.log.encode())
+    os.replace(tmp, u.object)
+    return u
+
+
 def _compile_all(cxx, units: list[_Unit], work: Path) -> None:
     """Compile ``units`` on jobs() processes; each object is renamed into the cache when whole."""
     if not units:
@@ -273,21 +354,7 @@ def _compile_all(cxx, units: list[_Unit], work: Path) -> None:
     kernels = sum(u.kernels for u in units)
 
     def one(u: _Unit) -> _Unit:
-        tmp = u.object.with_name(f".{u.object.name}.{os.getpid()}.{id(u)}")
-        cmd = [*u.cmd[:-1], str(tmp)]
-        try:
-            proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
-        except OSError as e:
-            u.failed, u.log = -1, f"cannot run the compiler: {e}"
-            return u
-        u.log = proc.stdout + proc.stderr
-        if proc.returncode != 0 or not tmp.is_file():
-            tmp.unlink(missing_ok=True)
-            u.failed = proc.returncode          # raised by the caller's thread: the error names the user's line
-            return u
-        _atomic_write(u.log_path, u.log.encode())
-        os.replace(tmp, u.object)
-        return u
+        return _compile_one(u, work)
 
     with progress(total=kernels, desc=f"building {kernels} kernel{'s' if kernels != 1 else ''}",
                   unit="kernel") as bar, ThreadPoolExecutor(max_workers=min(jobs(), len(units))) as pool:

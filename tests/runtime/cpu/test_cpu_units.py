@@ -1,7 +1,8 @@
 """The cpu build in units (runtime/cpu/units.py, issue 20 item 3): kernels joined into balanced
 translation units compiled in parallel and linked; objects cached by content, so a library rebuilt
 from kernels g++ already compiled only links; the precompiled header is made once and then used
-(a damaged one is a warning, not a silent slow path); the optimisation level follows the kernel;
+(a damaged one is a warning, not a silent slow path); kernels at -O2, the runtime unit at the flags'
+level and compiled ahead when a cpu compilation starts; a cube + vector kernel as two units;
 the build reports its progress in kernels. Every library built here is run against torch."""
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ import torch
 
 from pypto import dtypes
 from pypto.codegen import generate_module
+from pypto.codegen.module import VECTOR_PART, _body as body_unit, _split_cores as split_cores
 from pypto.errors import BackendUnavailableError
-from pypto.ir.block import Kernel
+from pypto.ir.block import CoreType, Kernel
 from pypto.runtime import cpu
 from pypto.runtime.cpu import compiler, units
 from pypto.runtime.cpu.errors import BuildWarning
@@ -236,16 +238,73 @@ def test_a_failed_precompiled_header_is_recorded_and_not_retried(counted, tmp_pa
     _check_scale(kernel, 128)
 
 
-def test_optimisation_level_follows_the_kernel(monkeypatch):
+def test_a_cube_and_vector_kernel_builds_as_two_units(counted):
+    """Its cube program (with the entry) and its vector program are two translation units, compiled
+    in parallel, linked into a library that is right; a one-core kernel stays one unit."""
+    kernel = ck.matmul_relu(F16)
+    module = generate_module([kernel, ck.vector_add(F32)])
+    assert len(module.units) == 3
+    (cube_rel,) = [rel for rel, u in module.units.items() if u.has_cube]
+    vector_rel = cube_rel.replace(".cpp", f"{VECTOR_PART}.cpp")
+    cube, vector = module.units[cube_rel], module.units[vector_rel]
+    assert cube.kernels == (module.abis[kernel.name].ident,) and "pypto_launch_" in cube.text
+    assert vector.kernels == () and vector.entries == "" and "pypto_launch_" not in vector.text
+    fns = module.abis[kernel.name].block_fns
+    aic, aiv = (fns[c] for c in (CoreType.AIC, CoreType.AIV))
+    assert f"AICORE inline void {aic}(" in cube.text and f"AICORE void {aiv}(" not in cube.text
+    assert f"AICORE void {aiv}(" in vector.text and aic not in vector.text
+    # the units alone, warning-free (with -Wshadow, as test_cpu_portability)
+    flags = compiler.cxx_flags() + ("-Wshadow",)
+    result = units.build_units(module.units, flags=flags)
+    assert "warning" not in result.log.lower(), result.log
+    a, b = torch.randn(100, 70).half(), torch.randn(70, 130).half()
+    c, ws = torch.empty(100, 130, dtype=torch.float16), torch.empty(100, 130)
+    cpu.run_kernel(kernel, {"a": a, "b": b, "ws": ws, "c": c}, block_dim=4 * 3)
+    torch.testing.assert_close(c.float(), (torch.relu(ck.ref_matmul(a, b)) * 2).half().float(), rtol=2e-3, atol=2e-3)
+
+
+def test_a_kernel_text_of_another_form_is_not_split():
+    kernel = ck.matmul_relu(F16)
+    module = generate_module([kernel])
+    abi = module.abis[kernel.name]
+    _, text = body_unit(abi, module.files[f"kernels/{abi.ident}.cpp"])     # the kernel's whole unit
+    assert split_cores(abi, text) is not None
+    assert split_cores(abi, text.replace("#endif", "#endif // moved")) is None
+    assert split_cores(abi, text.replace("AICORE inline void", "inline void")) is None
+
+
+def test_the_runtime_unit_compiled_ahead_is_not_compiled_again(counted, monkeypatch):
+    """prepare() (a cpu compilation starting) compiles the runtime unit in the background; the build
+    waits for it and compiles only its kernels; a second prepare with the object cached runs nothing."""
+    monkeypatch.setattr(units, "_warm", lambda *a: None)        # no background precompiled header here
+    cpu.prepare()
+    kernel = ck.scale_rows(cols=128)
+    _, result = cpu.build([kernel])
+    assert counted().count("compile") == 2 and counted().count("link") == 1
+    assert not units._EARLY
+    cpu.prepare()
+    assert not units._EARLY and counted().count("compile") == 2
+    _check_scale(kernel, 128)
+
+
+def test_the_first_cpu_compilation_prepares_the_runtime_unit(counted, monkeypatch):
+    import pypto
+    seen = []
+    monkeypatch.setattr(units, "prepare_runtime", lambda flags=None: seen.append(flags))
+    f = pypto.jit(lambda x: x * 2.0 + 1.0, backend="cpu")
+    x = torch.randn(8, 64)
+    torch.testing.assert_close(f(x), x * 2.0 + 1.0)
+    assert len(seen) == 1
+
+
+def test_kernels_build_at_o2_and_the_runtime_unit_at_the_flags_level(monkeypatch):
     monkeypatch.delenv("PYPTO_CPU_OPT", raising=False)
     flags = compiler.cxx_flags()
-    assert "-O3" in units.opt_flags(flags, has_cube=True)
-    assert "-O2" in units.opt_flags(flags, has_cube=False) and "-O3" not in units.opt_flags(flags, has_cube=False)
+    assert "-O3" in flags and "-O2" in units.kernel_flags(flags) and "-O3" not in units.kernel_flags(flags)
     module = generate_module([ck.matmul(F16), ck.vector_add(F32)])
     assert sorted(u.has_cube for u in module.units.values()) == [False, True]
     monkeypatch.setenv("PYPTO_CPU_OPT", "-O1")
-    assert "-O1" in compiler.cxx_flags() and units.opt_flags(compiler.cxx_flags(), has_cube=False) == \
-        compiler.cxx_flags()
+    assert "-O1" in compiler.cxx_flags() and units.kernel_flags(compiler.cxx_flags()) == compiler.cxx_flags()
     monkeypatch.setenv("PYPTO_CPU_OPT", "-O9")
     with pytest.raises(BackendUnavailableError, match="PYPTO_CPU_OPT"):
         compiler.cxx_flags()
