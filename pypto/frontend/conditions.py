@@ -429,7 +429,10 @@ def _helper_version(fn):
         return fn
     if hit is None:
         hit = fn
-        if not _is_internal(fn.__code__.co_filename) and not _is_library(fn.__code__.co_filename):
+        code = fn.__code__
+        if _HELPER in code.co_freevars or code.co_name == "<lambda>":
+            pass                               # made by a rewritten body (rewritten already), or a lambda
+        elif not _is_internal(code.co_filename) and not _is_library(code.co_filename):
             try:
                 hit = _rewritten(fn) or fn
             except Exception:                  # noqa: BLE001  a rewrite that fails leaves the function as written

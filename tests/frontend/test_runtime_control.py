@@ -540,3 +540,24 @@ def test_installed_libraries_functions_run_as_written(tmp_path, monkeypatch):
     assert conditions._helper_version(rv_lib_mod.pick) is rv_lib_mod.pick
     user = conditions._helper_version(rv_user_mod.pick)
     assert user is not rv_user_mod.pick and user(0, 3) == 3 and user(2, 3) == 2
+
+
+def test_functions_made_by_a_rewritten_body_are_not_rewritten_again(monkeypatch):
+    """A nested def of a rewritten body is rewritten with it: calling it does not parse its source again
+    (each new closure object did, and failed: 0.15 -> 0.04 CPU s for 300 nested defs and lambdas in a
+    traced loop)."""
+    from pypto.frontend import conditions
+
+    def outer():
+        def inner(v):
+            return v if v > 0 else -v
+        return inner
+    inner = conditions.traceable(outer)()
+    tried = []
+    real = conditions._rewritten
+    monkeypatch.setattr(conditions, "_rewritten", lambda fn: tried.append(fn) or real(fn))
+    assert conditions._HELPER in inner.__code__.co_freevars
+    assert conditions._helper_version(inner) is inner and inner(-2) == 2 and inner(3) == 3
+    lam = lambda v: v + 1                                   # noqa: E731  no source of its own to rewrite
+    assert conditions._helper_version(lam) is lam
+    assert tried == []
