@@ -40,7 +40,7 @@ def traced_launch(k, grid, args, kwargs, loc):
             program = k.cache.get(ckey)
             if program is None:
                 program = k.cache[ckey] = k.trace(bound, key, len(grid), machine)
-    node = TileNode(k, program, key, grid, loc)
+    node = TileNode(k, program, key, grid, loc, ckey)
     scalars = {s.name: g for s, g in zip(program.grid_sizes, grid)}
     return emit_kernel_node(node, dict(tensors), scalars)
 
@@ -108,19 +108,24 @@ def _key(k, bound, loc):
 class TileNode(KernelNode):
     level = "tile"
 
-    def __init__(self, kernel, program, key, grid, loc):
+    def __init__(self, kernel, program, key, grid, loc, ckey):
         self.kernel, self.program, self.key, self.grid, self.loc = kernel, program, key, grid, loc
+        self.ckey = ckey                # the traced program's key in kernel.cache
         self.name = program.name
         self.params = tuple(p.name for p in program.params)
         self.outputs = tuple(p.name for p in program.params if p.name in program.outputs)
-        self._builds: dict = {}
 
     def build(self, machine) -> KernelBuild:
-        compiled = self._builds.get(machine.name)
+        # compiled once per program and machine in the kernel's cache: every call of it (in one graph or
+        # in later traces) launches the same Block IR kernel, which the ExecutionGraph holds once
+        bkey = ("node-build", machine.name, self.ckey)
+        compiled = self.kernel.cache.get(bkey)
         if compiled is None:
             from .compile import compile_program
             with ctx.compile_lock:
-                compiled = self._builds[machine.name] = compile_program(self.program, "sim", machine,
+                compiled = self.kernel.cache.get(bkey)
+                if compiled is None:
+                    compiled = self.kernel.cache[bkey] = compile_program(self.program, "sim", machine,
                                                                          self.kernel.compile_options(self.key))
         from .run import block_dim
         cores = machine.num_aiv if compiled.kind == "vector" else machine.num_aic

@@ -139,6 +139,18 @@ def test_pt_kernel_called_twice_between_tensor_ops(backend, dt):
     assert f.trace_count == 1
 
 
+def test_pt_node_called_twice_is_one_kernel_compiled_once():
+    """Two launches of one pt kernel signature share its compiled Block IR: one kernel of the
+    ExecutionGraph, two tasks (a compile per call site and a kernel per launch before)."""
+    f = _pt_fn("sim", torch.float32)
+    x, w, b = torch.randn(100, 256), torch.randn(256), torch.randn(256)
+    from pypto.passes.pipeline import lower
+    eg = lower(f.trace(x, w, b))
+    tasks = [t for t in eg.tasks() if eg.kernels[t.kernel].attrs.get("prebuilt")]
+    assert len(tasks) == 2 and tasks[0].kernel == tasks[1].kernel
+    assert [n for n, k in eg.kernels.items() if k.attrs.get("prebuilt")] == ["layer_norm"]
+
+
 # ---------------------------------------------------------------- bad input names the user's line
 def _line_of(fn, text):
     src, first = inspect.getsourcelines(fn)
