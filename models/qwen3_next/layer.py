@@ -30,6 +30,7 @@ import pypto.nn as nn
 import pypto.nn.functional as F
 
 from pypto.frontend.context import is_tracing
+from pypto.machine import machine_spec
 
 from . import kernels, pro_kernels
 from .functional import default_per_head
@@ -197,8 +198,7 @@ class Qwen3NextGatedDeltaNet(nn.Module):
         return self._compile_options.get("backend") or pypto.get_backend()
 
     def _machine(self):
-        m = self._compile_options.get("machine")
-        return m if isinstance(m, pypto.machine.MachineSpec) else pypto.load_machine(m) if m else pypto.get_machine()
+        return machine_spec(self._compile_options.get("machine"))     # the one lookup of a machine= argument
 
     def _pro_unsupported(self, dtype) -> Optional[str]:
         """Why the chunked rule of this layer does not run on the pl kernel (pro_kernels) as a graph node
