@@ -360,8 +360,11 @@ class _Rewrite(ast.NodeTransformer):
         current = _call("bound", [ast.Call(ast.Name("locals", ast.Load()), [], []),
                                   ast.Tuple([ast.Constant(n) for n in names], ast.Load())], node.test)
         # located at the test (not the whole statement): an error names the line of the `if`
+        then_names, else_names = set(_bound(node.body)), set(_bound(node.orelse))
+        one_sided = ast.Tuple([ast.Constant(k) for k, n in enumerate(names)
+                               if (n in then_names) != (n in else_names)], ast.Load())
         call = _call("if_stmt", [node.test, ast.Name(then_fn.name, ast.Load()), ast.Name(else_fn.name, ast.Load()),
-                                 current], node.test)
+                                 current, one_sided], node.test)
         target = ast.Tuple([ast.Name(n, ast.Store()) for n in names], ast.Store())
         out = [then_fn, else_fn, ast.copy_location(ast.Assign([target], call), node.test)]
         for s in out:

@@ -210,7 +210,19 @@ def static_bool(pred, what: str = "condition"):
                           "them), or as pypto.cond(pred, true_fn, false_fn)")
 
 
-_UNBOUND = type("Unbound", (), {"__repr__": lambda self: "<unbound>"})()
+def _unbound_use(self, *args):
+    raise PyptoError("a name bound on only one side of a run-time branch (or not bound before it) is used "
+                     "after the branch", hint="bind it on both sides of the `if`, or before it")
+
+
+# the value of a name not bound (yet): what a run-time branch leaves in a name only one side binds
+_UNBOUND = type("Unbound", (), {"__repr__": lambda self: "<unbound>", "__bool__": _unbound_use,
+                                "__getattr__": _unbound_use, "__getitem__": _unbound_use, "__call__": _unbound_use,
+                                **{f"__{op}__": _unbound_use for op in (
+                                    "add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv",
+                                    "floordiv", "rfloordiv", "mod", "rmod", "pow", "rpow", "matmul", "rmatmul",
+                                    "neg", "pos", "abs", "lt", "le", "gt", "ge", "iter", "len", "index", "int",
+                                    "float")}})()
 
 
 class _Merge:
@@ -248,10 +260,12 @@ def _same(a, b) -> bool:
         return False
 
 
-def _branch(c, fns, before, loc):
+def _branch(c, fns, before, loc, one_sided=()):
     """Trace ``fns[0]`` and ``fns[1]`` as the two sides of a run-time branch on ``c`` (each a loop of 1
     trip when its side is taken, else 0); the values they return merged. ``before``: the values before
-    the branch (those a side returns unchanged need no merge buffer), or None."""
+    the branch (those a side returns unchanged need no merge buffer), or None. ``one_sided``: the
+    positions only one side binds; one unbound before the branch is unbound after it (a temporary of
+    that side: nothing to merge)."""
     from .api import assemble, zeros
     trips = (sympy.Piecewise((1, c), (0, True)), sympy.Piecewise((0, c), (1, True)))
     results, kinds = [], []
@@ -273,6 +287,8 @@ def _branch(c, fns, before, loc):
                     continue
                 other = results[0][k] if side == 1 else None
                 base = before[k] if before is not None and k < len(before) else _UNBOUND
+                if k in one_sided and base is _UNBOUND:
+                    continue
                 if side == 0 and v is base:
                     continue            # unchanged: merged only if the other side changes it
                 if side == 1 and v is base and other is base:
@@ -300,6 +316,9 @@ def _branch(c, fns, before, loc):
         return None
     merged = []
     for k, (a, b) in enumerate(zip(*results)):
+        if k in one_sided and before[k] is _UNBOUND:
+            merged.append(_UNBOUND)
+            continue
         if k in merges and not isinstance(b, Tensor):
             raise PyptoError(f"value {k} of a run-time branch is a tensor on one side and {b!r} on the other",
                              loc=loc)
@@ -361,22 +380,22 @@ def cond(pred, true_fn, false_fn=None):
 
 
 # the helpers frontend/conditions.py's rewrite of a jit function's body calls
-def _choose(pred, then_fn, else_fn, before):
+def _choose(pred, then_fn, else_fn, before, one_sided=()):
     """``then_fn()`` or ``else_fn()`` when trace time decides ``pred``, else both as a run-time branch
-    (``before``: the values the sides start from, see _branch)."""
+    (``before``, ``one_sided``: see _branch)."""
     loc = user_location()
     c = condition(pred, loc)
     if c is True:
         return then_fn()
     if c is False:
         return else_fn()
-    return _branch(c, (then_fn, else_fn), before, loc)
+    return _branch(c, (then_fn, else_fn), before, loc, one_sided)
 
 
-def if_stmt(pred, then_fn, else_fn, before):
+def if_stmt(pred, then_fn, else_fn, before, one_sided=()):
     """An ``if`` statement: ``then_fn(*before)`` / ``else_fn(*before)`` return the values of the names the
-    statement binds."""
-    return _choose(pred, lambda: then_fn(*before), lambda: else_fn(*before), tuple(before))
+    statement binds (``one_sided``: the positions of those only one side binds)."""
+    return _choose(pred, lambda: then_fn(*before), lambda: else_fn(*before), tuple(before), frozenset(one_sided))
 
 
 def if_return(pred, then_fn, else_fn, before):

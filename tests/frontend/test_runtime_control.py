@@ -561,3 +561,35 @@ def test_functions_made_by_a_rewritten_body_are_not_rewritten_again(monkeypatch)
     lam = lambda v: v + 1                                   # noqa: E731  no source of its own to rewrite
     assert conditions._helper_version(lam) is lam
     assert tried == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_temporary_of_one_side_of_a_run_time_branch(backend):
+    """A name only one side binds (and not bound before) needs no merge (it was 'a tensor on one side
+    and <unbound> on the other'); using it after the branch is an error at that line."""
+    @pypto.jit(backend=backend)
+    def f(x: pypto.Tensor[[pypto.DYNAMIC, 16], pypto.float32], out: pypto.Tensor[[pypto.DYNAMIC, 16], pypto.float32]):
+        for i in pypto.loop(x.shape[0]):
+            xv = pypto.view(x, [1, 16], [i, 0])
+            if i == 0:
+                t = xv * 2.0
+                out[i:i + 1, :] = t
+            else:
+                u = xv - 1.0
+                out[i:i + 1, :] = u
+    x = torch.randn(3, 16)
+    out = torch.zeros(3, 16)
+    f(x, out)
+    ref = x - 1
+    ref[0] = x[0] * 2
+    close(out, ref, torch.float32)
+
+    def used_after(x, out):
+        for i in pypto.loop(x.shape[0]):
+            xv = pypto.view(x, [1, 4], [i, 0])
+            if i == 0:
+                t = xv * 2.0
+            out[i:i + 1, :] = t + 1.0
+    with pytest.raises(PyptoError, match="only one side") as e:
+        pypto.jit(used_after, backend="reference")(torch.randn(3, 4), torch.zeros(3, 4))
+    assert e.value.loc.line == line_of(used_after, "t + 1.0")
