@@ -22,7 +22,9 @@ function's own body:
     time or an error at the user's line. So do those of an ``if`` whose sides could not move into nested
     functions without changing the program (``_Scope.unsafe``: they bind a name the function declares
     ``global`` or that a nested function / lambda defined elsewhere in it reads, or they ``del`` a name),
-    and of ``a if c else b`` with a walrus in a side.
+    and of ``a if c else b`` with a walrus in a side. In a class body (whose names nested functions
+    and lambdas do not see) ``if`` / ``a if c else b`` tests are static_bool and and / or / chains
+    Python's own.
   * a call ``f(...)`` becomes ``call(f, ...)``: a Python function (or method) of the user's own files is
     called rewritten the same way, so helpers branch like the jit function (pypto's, torch's and other
     libraries' functions run as they are).
@@ -223,6 +225,15 @@ class _Rewrite(ast.NodeTransformer):
     def __init__(self):
         self.count = 0
         self.scopes: list = []
+        self.in_class = [False]                # a class body: its names are not visible to nested functions
+
+    def visit_ClassDef(self, node):
+        self.in_class.append(True)
+        try:
+            self.generic_visit(node)
+        finally:
+            self.in_class.pop()
+        return node
 
     # ---------------------------------------------------------------- expressions
     def visit_Compare(self, node):
@@ -233,7 +244,7 @@ class _Rewrite(ast.NodeTransformer):
                                           ast.Constant(isinstance(node.ops[0], ast.NotIn))], node)
             return node                        # is / is not, chains with in: Python's own
         ops = ast.Tuple([ast.Constant(_CMP_OPS[type(op)]) for op in node.ops], ast.Load())
-        if len(node.ops) == 1 or any(_binds(c) for c in node.comparators[1:]):
+        if len(node.ops) == 1 or any(_binds(c) for c in node.comparators[1:]) or self.in_class[-1]:
             return _call("compare", [ops, node.left, *node.comparators], node)
         # a chain evaluates each operand once and stops at the first false link, as Python does
         return _call("compare_chain", [ops, node.left, _eager(node.comparators[0], node.comparators[0]),
@@ -241,7 +252,7 @@ class _Rewrite(ast.NodeTransformer):
 
     def visit_BoolOp(self, node):
         self.generic_visit(node)
-        if any(_binds(v) for v in node.values[1:]):
+        if any(_binds(v) for v in node.values[1:]) or self.in_class[-1]:
             return node                        # a walrus past the first operand: Python's own
         name = "bool_and" if isinstance(node.op, ast.And) else "bool_or"
         return _call(name, [_eager(node.values[0], node.values[0]), *[_lambda(v, v) for v in node.values[1:]]],
@@ -263,7 +274,7 @@ class _Rewrite(ast.NodeTransformer):
 
     def visit_IfExp(self, node):
         self.generic_visit(node)
-        if _binds(node.body) or _binds(node.orelse):
+        if _binds(node.body) or _binds(node.orelse) or self.in_class[-1]:
             node.test = self._static(node.test, "condition of `a if c else b` (a side binds a name with :=)")
             return node
         return _call("if_exp", [node.test, _lambda(node.body, node.body), _lambda(node.orelse, node.orelse)], node)
@@ -286,10 +297,12 @@ class _Rewrite(ast.NodeTransformer):
         user = not node.name.startswith("_pypto_")     # a side function made here shares its user scope
         if user:
             self.scopes.append(_Scope(node))
+        self.in_class.append(False)
         try:
             node.body = self._fold(node.body)
             self.generic_visit(node)
         finally:
+            self.in_class.pop()
             if user:
                 self.scopes.pop()
         return node
@@ -337,6 +350,9 @@ class _Rewrite(ast.NodeTransformer):
         self.generic_visit(node)
         if _escapes(node.body) or _escapes(node.orelse):
             node.test = self._static(node.test, "if condition (its sides return, break or continue)")
+            return node
+        if self.in_class[-1]:
+            node.test = self._static(node.test, "if condition in a class body")
             return node
         if self.scopes and self.scopes[-1].unsafe(set(_bound(node.body) + _bound(node.orelse)), node.lineno,
                                                   node.end_lineno, [*node.body, *node.orelse]):

@@ -477,6 +477,15 @@ def _plain_python_forms():
                     pass
         return x * float(w * sum(rest) * kw["b"])   # 2 * 7 * 5
 
+    def class_body_names(x: X):
+        class Local:
+            a = 2.0
+            if x.shape[1] == 16:
+                b = a * 2                           # a class body's names: not visible to side functions
+            c = 1 if a > 1 else 0
+            d = a and 3.0
+        return x * (Local.b * Local.c * Local.d)     # 4 * 1 * 3
+
     def size_or_value(x: X):
         n = x.shape[0] or 1                         # Python's value of `or`: the size, not True
         return pypto.view(x, [1, 16], [n - 1, 0]) * 1.0
@@ -489,7 +498,8 @@ def _plain_python_forms():
     return [(keyword_named_f, 2.0), (decorated_helper, None), (global_in_if, 1.0),
             (chain_stops_at_first_false, 3.0), (del_in_if, 1.0),
             (closure_reads_a_name_bound_after_an_early_return, 3.0), (closure_called_in_an_if, 4.0),
-            (walrus_in_a_comprehension, 5.0), (walrus_in_and, 2.0), (match_captures_in_an_if, 70.0), (size_or_value, "last_row"),
+            (walrus_in_a_comprehension, 5.0), (walrus_in_and, 2.0), (match_captures_in_an_if, 70.0),
+            (class_body_names, 12.0), (size_or_value, "last_row"),
             (none_comparison, 1.0)]
 
 
