@@ -48,14 +48,16 @@ def test_reductions_by_dim_against_torch(dtype):
     cols = [torch.empty(3, C, dtype=dt) for _ in range(4)]
     pt.kernel(_reductions, backend="sim")[GRID](X, *rows, *cols)
     tol = dict(rtol=0, atol=0) if dt == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    # sum / prod of 64 values near 1 (about 64 and 1): fp32 within a few ulps; 16-bit outputs round to 2^-8
+    acc = dict(rtol=1e-5, atol=1e-5) if dt == torch.float32 else dict(rtol=2e-2, atol=2e-2)
     for out, fn in zip(rows, (torch.sum, torch.amax, torch.amin, torch.prod)):
         ref = torch.cat([torch.cat([fn(t, 1, keepdim=True) for t in row], 1) for row in _tiles_of(X, lambda t: t)])
         torch.testing.assert_close(out.float(), ref.to(dt).float(),
-                                   **(tol if fn in (torch.amax, torch.amin) else dict(rtol=2e-2, atol=2e-2)))
+                                   **(tol if fn in (torch.amax, torch.amin) else acc))
     for out, fn in zip(cols, (torch.sum, torch.amax, torch.amin, torch.prod)):
         ref = torch.cat([torch.cat([fn(t, 0, keepdim=True) for t in row], 1) for row in _tiles_of(X, lambda t: t)])
         torch.testing.assert_close(out.float(), ref.to(dt).float(),
-                                   **(tol if fn in (torch.amax, torch.amin) else dict(rtol=2e-2, atol=2e-2)))
+                                   **(tol if fn in (torch.amax, torch.amin) else acc))
 
 
 def _compare_expand(X, Y, O):
