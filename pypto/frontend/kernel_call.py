@@ -18,11 +18,6 @@ def traced_call(args, kwargs) -> bool:
     return ctx.is_tracing() and any(isinstance(a, Tensor) for a in (*args, *kwargs.values()))
 
 
-def traced_dims(t: Tensor) -> tuple:
-    """A traced tensor's dims: ints, or sympy expressions of the graph's sizes."""
-    return tuple(t.shape)
-
-
 def static_dim(d):
     """d as an int when it is one (a sympy Integer included), else None."""
     if isinstance(d, int):
