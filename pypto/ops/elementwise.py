@@ -104,7 +104,7 @@ def _div_dtype(dt):
 PTO = {"abs": "TABS", "neg": "TNEG", "exp": "TEXP", "log": "TLOG", "sqrt": "TSQRT", "rsqrt": "TRSQRT",
        "reciprocal": "TRECIP", "relu": "TRELU", "sigmoid": "TSIGMOID", "tanh": "TTANH", "sin": "TSIN",
        "cos": "TCOS", "floor": "TFLOOR", "ceil": "TCEIL", "round": "TROUND", "sign": "TSIGN",
-       "isfinite": "TISFINITE", "log1p": "TLOG1P", "erf": "TERF",
+       "isfinite": "TISFINITE", "log1p": "TLOG1P", "erf": "TERF", "erfc": "TERFC", "expm1": "TEXPM1",
        "add": "TADD", "sub": "TSUB", "mul": "TMUL", "div": "TDIV", "pow": "TPOW", "maximum": "TMAX",
        "minimum": "TMIN", "remainder": "TREM", "logical_and": "TAND", "logical_or": "TOR",
        "eq": "TCMP", "ne": "TCMP", "lt": "TCMP", "le": "TCMP", "gt": "TCMP", "ge": "TCMP"}
@@ -117,14 +117,6 @@ def _log2_decompose(P, ins, attrs):
     return P.cast(P.mul(P.log(P.cast(x, dtypes.float32)), 1.0 / math.log(2.0)), out)
 
 
-def _in_fp32(fn):
-    """A decomposition computed in fp32 and rounded once to the result dtype (as torch computes half types)."""
-    def decompose(P, ins, attrs):
-        x = ins[0]
-        return P.cast(fn(P, P.cast(x, dtypes.float32)), _float_result(x.dtype))
-    return decompose
-
-
 def _trunc_decompose(P, ins, attrs):
     # toward zero: floor of the non-negative values, ceil of the negative ones (an integer is itself)
     x = ins[0]
@@ -134,9 +126,6 @@ def _trunc_decompose(P, ins, attrs):
 
 
 _DECOMPOSE = {"log2": _log2_decompose,
-              "erfc": _in_fp32(lambda P, x: P.sub(1.0, P.erf(x))),
-              # exp(x) - 1 in fp32: abs error ~1e-7, so the relative error grows as |x| -> 0
-              "expm1": _in_fp32(lambda P, x: P.sub(P.exp(x), 1.0)),
               "trunc": _trunc_decompose}
 
 for _name, (_fn, _rule, _flops) in UNARY.items():

@@ -48,7 +48,6 @@ SCALAR_OPS = {n: (f"{n}s", f"r{n}s" if ISA[pto].scalar_forms[1] != ISA[pto].scal
               for n, pto in _BINARY.items() if ISA[pto].scalar_forms}
 _SCALAR = {names[k]: ISA[_BINARY[n]].scalar_forms[k] for n, names in SCALAR_OPS.items() for k in (0, 1)}
 _UNARY = {op.name: op.pto for op in ops_of_form("unary") if op.pto}
-_UNARY["expm1"] = "TEXPM1"   # the registry's expm1 is a decomposition (exp(x) - 1, no instruction); pt.expm1 is TEXPM1
 COMPARES = tuple(op.name for op in ops_of_form("comparison") if op.pto == "TCMP")
 # the reductions: registry op -> the instruction over the columns (dim=-1: one value per row, [R, 1]) and
 # over the rows (dim=0: one value per column, [1, C]); the Tile program's op is the instruction's name

@@ -285,6 +285,19 @@ def test_hint_trailing_dims_on_rank_one_ops_and_a_too_short_hint_is_an_error():
 
 
 # ------------------------------------------------------------------ math the examples use
+@pytest.mark.parametrize("backend", ["sim", "cpu"])
+def test_expm1_near_zero_and_erfc_in_its_tail_keep_their_relative_precision(backend):
+    # exp(x) - 1 loses every digit as x -> 0 and 1 - erf(x) is 0 for x >= 4: each op is its own instruction
+    @pypto.jit(backend=backend)
+    def f(x: pypto.Tensor[[pypto.DYNAMIC, 32], pypto.float32]):
+        return pypto.expm1(x), pypto.erfc(x)
+
+    x = torch.cat([torch.logspace(-8, -1, 32), torch.linspace(3.0, 9.0, 32), -torch.logspace(-8, 0, 32)]).reshape(3, 32)
+    em1, erfc = f(x)
+    torch.testing.assert_close(em1, torch.expm1(x), rtol=1e-5, atol=0)
+    torch.testing.assert_close(erfc, torch.erfc(x), rtol=1e-4, atol=0)
+
+
 @pytest.mark.parametrize("backend,dtype", [("sim", "fp32"), ("sim", "fp16"), ("cpu", "fp32"), ("sim", "bf16")])
 def test_erfc_expm1_trunc_round_decimals_clip_tensor(backend, dtype):
     dt = DT[dtype]

@@ -15,7 +15,7 @@ from .op_testing import compile_case, make_input, spec_of, traced_ops
 TABLES = (test_elementwise, test_reduce, test_matmul, test_shape, test_norm)
 UNITS = {"vector", "cube", "aicpu", "none"}
 COMPOSITES = {"mean", "var", "argmin", "linear", "softmax", "log_softmax", "rms_norm", "layer_norm", "l2norm",
-              "log2", "erfc", "expm1", "trunc"}
+              "log2", "trunc"}
 
 
 def _ops_of_all_cases() -> set:

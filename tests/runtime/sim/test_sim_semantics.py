@@ -81,7 +81,7 @@ def test_scalar_forms(op, dtype):
 UNARY = {"TABS": torch.abs, "TNEG": torch.neg, "TRELU": torch.relu, "TEXP": torch.exp, "TLOG": torch.log,
          "TSQRT": torch.sqrt, "TRSQRT": torch.rsqrt, "TRECIP": torch.reciprocal, "TSIN": torch.sin,
          "TCOS": torch.cos, "TTANH": torch.tanh, "TSIGMOID": torch.sigmoid, "TERF": torch.erf,
-         "TLOG1P": torch.log1p, "TEXPM1": torch.expm1, "TFLOOR": torch.floor, "TCEIL": torch.ceil,
+         "TLOG1P": torch.log1p, "TEXPM1": torch.expm1, "TERFC": torch.erfc, "TFLOOR": torch.floor, "TCEIL": torch.ceil,
          "TROUND": torch.round, "TSIGN": torch.sign, "TMOV_V": lambda x: x}
 POSITIVE = {"TLOG", "TSQRT", "TRSQRT", "TLOG1P"}
 
