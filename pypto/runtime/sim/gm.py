@@ -353,6 +353,11 @@ class GlobalMemory:
             newest.add(line)
             if len(newest) >= self.gen_lines:
                 self._evict(t)
+        return self._serve(t, nbytes, asked, hit, port)
+
+    def _serve(self, t: float, nbytes: int, asked: int, hit: int, port: float) -> float:
+        """The ``asked`` sectors of an access, ``hit`` of them resident: the resident bytes from L2, the rest
+        from HBM in whole sectors; when the last byte moved."""
         if hit == asked:
             self.l2_hit_bytes += nbytes
             return self.transfer(t, nbytes, port, True)
@@ -421,13 +426,7 @@ class GlobalMemory:
         elif part_lines:                       # nothing resident: the sectors asked become so
             self.partial.update(parts)
         self._touch(lines, key, t, older)
-        if hit == asked:
-            self.l2_hit_bytes += nbytes
-            return self.transfer(t, nbytes, port, True)
-        from_hbm = (asked - hit) << SECTOR_SHIFT         # whole sectors: what HBM delivers
-        from_l2 = max(0, nbytes - from_hbm)
-        self.l2_hit_bytes += from_l2
-        return self.transfer(self.transfer(t, from_l2, port, True), from_hbm, port, False)
+        return self._serve(t, nbytes, asked, hit, port)
 
     def flush(self, bases) -> float:
         """Write the dirty lines of the named base buffers back to HBM; the time the last one lands."""
