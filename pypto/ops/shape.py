@@ -191,16 +191,21 @@ def _check_index(index: ValueInfo, op: str):
         raise DTypeError(f"{op}: index must be int32 or int64, found {index.dtype.name}")
 
 
+def _check_index_fits(index: ValueInfo, x: ValueInfo, dim: int, op: str):
+    """gather / scatter: the index has the input's rank and is no larger than it outside ``dim``."""
+    if index.rank != x.rank:
+        raise ShapeError(f"{op}: index {fmt_shape(index.shape)} and input {fmt_shape(x.shape)} differ in rank")
+    for i, (a, b) in enumerate(zip(index.shape, x.shape)):
+        if i != dim and _known_greater(a, b):
+            raise ShapeError(f"{op}: index {fmt_shape(index.shape)} is larger than input {fmt_shape(x.shape)} "
+                             f"in dim {i}")
+
+
 def _gather_infer(ins, attrs):
     x, index = ins
     dim = check_dims(x, (attrs["dim"],), "gather")[0]
     _check_index(index, "gather")
-    if index.rank != x.rank:
-        raise ShapeError(f"gather: index {fmt_shape(index.shape)} and input {fmt_shape(x.shape)} differ in rank")
-    for i, (a, b) in enumerate(zip(index.shape, x.shape)):
-        if i != dim and _known_greater(a, b):
-            raise ShapeError(f"gather: index {fmt_shape(index.shape)} is larger than input {fmt_shape(x.shape)} "
-                             f"in dim {i}")
+    _check_index_fits(index, x, dim, "gather")
     return ValueInfo(index.shape, x.dtype)
 
 
@@ -237,12 +242,7 @@ def _scatter_infer(ins, attrs):
     _check_index(index, "scatter")
     if attrs.get("reduce") not in SCATTER_REDUCE:
         raise ShapeError(f"scatter: reduce must be None, 'add' or 'multiply', found {attrs.get('reduce')!r}")
-    if index.rank != x.rank:
-        raise ShapeError(f"scatter: index {fmt_shape(index.shape)} and input {fmt_shape(x.shape)} differ in rank")
-    for i, (a, b) in enumerate(zip(index.shape, x.shape)):
-        if i != dim and _known_greater(a, b):
-            raise ShapeError(f"scatter: index {fmt_shape(index.shape)} is larger than input {fmt_shape(x.shape)} "
-                             f"in dim {i}")
+    _check_index_fits(index, x, dim, "scatter")
     if len(ins) == 3:
         src = ins[2]
         if src.dtype != x.dtype:
