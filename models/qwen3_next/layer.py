@@ -9,7 +9,8 @@
 The chunked rule (prefill) is the Professional-mode kernel ``pro_kernels`` called as one node of the traced
 forward on sim and cpu where ``pro_kernels.supports`` accepts the layer's dims, chunk size and dtype; else,
 and on the reference backend (whose oracle they are) and for decode, the Tensor-level kernels of
-``kernels``. ``layer.core_impl`` is ("pro", None) or ("tensor", why) for the last call; ``impl=`` forces one.
+``kernels``. ``layer.core_impl`` is ("pro", None) or ("tensor", why) for the last call, and the report of a run
+that fell back says why (a line of ``pypto.last_report().notes``); ``impl=`` forces one.
 
 HuggingFace fuses the projections into ``in_proj_qkvz`` / ``in_proj_ba`` with a grouped per-key-head
 row order. This module keeps them de-interleaved (``in_proj_qkv`` whose rows are already in the conv's
@@ -29,7 +30,7 @@ import pypto
 import pypto.nn as nn
 import pypto.nn.functional as F
 
-from pypto.frontend.context import is_tracing
+from pypto.frontend.context import is_tracing, note
 from pypto.machine import machine_spec
 
 from . import kernels, pro_kernels
@@ -174,6 +175,8 @@ class Qwen3NextGatedDeltaNet(nn.Module):
         why = "decode: the recurrent rule has no Professional-mode kernel yet" if decode else \
             self._pro_unsupported(x.dtype)
         self._core_by_mode["decode" if decode else "prefill"] = ("pro", None) if why is None else ("tensor", why)
+        if why is not None:                  # and every run's report says so (Report.notes)
+            note(f"{type(self).__name__} {'decode' if decode else 'prefill'} core: Tensor-level kernels ({why})")
         if why is None:
             self._pro_core(y, g, beta, state, o, B, T)
         else:

@@ -17,6 +17,9 @@ class Frame:
     capture_sources: list = field(default_factory=list)     # parent node ids, in body-input order
     # id(tensor) -> (tensor, graph, node) it had before its first mutation in this frame
     mutated: dict = field(default_factory=dict)
+    # a run-time branch's side: node -> the node its ops read instead (shapes simplified under the
+    # branch's condition; frontend/control.py), or None
+    refine: object = None
 
 
 _stack: list[Frame] = []
@@ -46,6 +49,13 @@ def pop() -> Frame:
     return _stack.pop()
 
 
+def note(text: str) -> None:
+    """Record ``text`` on the graph being traced: a line of ``Report.notes`` of every run of it on sim,
+    cpu and npu (e.g. which kernel a model layer fell back to, and why). Outside a trace: nothing."""
+    if _stack and text not in _stack[0].graph.notes:
+        _stack[0].graph.notes.append(text)
+
+
 def is_tracing() -> bool:
     return bool(_stack)
 
@@ -64,9 +74,9 @@ def frame_index(graph: TensorGraph) -> int | None:
     return None
 
 
-def resolve(graph: TensorGraph, node: int) -> int:
+def resolve(graph: TensorGraph, node: int, refine: bool = True) -> int:
     """The node id that stands for (graph, node) in the current graph, capturing it into every
-    loop body between its graph and the current one."""
+    loop body between its graph and the current one (``refine``: as a branch side's ops read it)."""
     k = frame_index(graph)
     if k is None:
         raise PyptoError("this tensor belongs to a finished trace: it was created inside a pypto.loop body "
@@ -79,6 +89,8 @@ def resolve(graph: TensorGraph, node: int) -> int:
             f.captures[node] = f.graph.add_input(info)
             f.capture_sources.append(node)
         node = f.captures[node]
+        if refine and f.refine is not None:
+            node = f.refine(node)
     return node
 
 

@@ -91,6 +91,7 @@ class ExecutionGraph:
     symbols: list[sympy.Symbol] = field(default_factory=list)   # run-time sizes bound from inputs
     index_checks: list = field(default_factory=list)  # (output name, IndexRangeCheck): read after a run
     scalar_reads: dict = field(default_factory=dict)  # symbol name -> ScalarRead (data scalars)
+    notes: list = field(default_factory=list)        # the traced graph's report notes (TensorGraph.notes)
 
     def tasks(self):
         """Every task of the control program, loop bodies walked once."""

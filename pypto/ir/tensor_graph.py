@@ -46,6 +46,7 @@ class TensorGraph:
         self.outputs: list[OutputSpec] = []
         self.symbols: list[sympy.Symbol] = []     # run-time sizes, bound from input shapes
         self.scalar_reads: dict = {}              # data scalars (pypto.item): name -> ir.execution.ScalarRead
+        self.notes: list[str] = []                # lines for the report of every run (frontend.context.note)
         self.returns_tuple = False
         self._next = 0
 

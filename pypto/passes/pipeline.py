@@ -110,6 +110,7 @@ def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = 
     def final(b):
         eg = multibuffer_workspaces(b.graph, spec) if multibuffer else b.graph
         eg.scalar_reads = dict(graph.scalar_reads)     # data scalars: read by the control program (runtime/host)
+        eg.notes = list(graph.notes)                   # what the trace chose, for each run's report
         return eg
     eg = pm.run("final", final, bg)
     eg.index_checks = [(name, o.check) for name, o in zip(eg.outputs, g.outputs) if o.kind == CHECK_KIND]

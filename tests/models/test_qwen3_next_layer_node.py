@@ -76,3 +76,19 @@ def test_impl_pro_where_unsupported_is_an_error():
         layer.trace(torch.randn(1, 8, Qwen3NextGDNConfig.small().hidden_size))
     with pytest.raises(ValueError, match="impl must be"):
         Qwen3NextGatedDeltaNet(Qwen3NextGDNConfig.small(), impl="fast")
+
+
+def test_the_report_of_a_fallback_run_says_why():
+    """issue 15 item 1: the fallback's reason is a note of the run's report, not only layer.core_impl; a run
+    on the pl kernel notes no fallback, and a cached trace's reruns keep the note."""
+    cfg, weights, odd = make(torch.float32, "sim", chunk_size=48)          # not a power of two: Tensor level
+    x = torch.randn(1, 20, cfg.hidden_size, generator=torch.Generator().manual_seed(8))
+    for _ in range(2):                                                     # the second run: the cached trace
+        y = odd(x)
+        notes = [n for n in pypto.last_report().notes if "core: Tensor-level kernels" in n]
+        assert len(notes) == 1 and "prefill" in notes[0] and "chunk size 48" in notes[0], pypto.last_report().notes
+    assert rel_err(y, gated_deltanet_layer_ref(x, weights, cfg)) <= 1e-5
+    _, _, fast = make(torch.float32, "sim")
+    fast(x)
+    assert fast.core_impl == ("pro", None)
+    assert not [n for n in pypto.last_report().notes if "Tensor-level kernels" in n]

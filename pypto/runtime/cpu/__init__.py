@@ -246,6 +246,7 @@ def run_with(kernels: KernelSet, graph: ExecutionGraph, args: dict, env: dict, *
                     f"{nthreads} thread(s); kernel times are their ctypes calls, summed over launches"]
     if plan.work_error:
         report.notes.append(f"bytes, FLOPs and instructions not counted ({plan.work_error})")
+    report.notes.extend(graph.notes)             # what the trace chose (frontend.context.note)
     set_last_report(report)
     return outputs, report
 

@@ -112,7 +112,7 @@ def run(graph, args: dict, env: dict, *, machine=None, **ignored):
         outputs[name] = args[name] if name in args else ours
         if name in args:
             args[name].copy_(ours)
-    report = Report(backend="npu", machine=spec.name, notes=["launched through torch_npu"])
+    report = Report(backend="npu", machine=spec.name, notes=["launched through torch_npu", *graph.notes])
     set_last_report(report)
     return outputs, report
 

@@ -99,6 +99,7 @@ def _run(graph, args, env, machine, timing_only, trace, policy, check, stitch):
     # each kernel's GM load bytes, as its blocks ran (launch.KernelStats), for the hbm / l2 bound
     work = {name: Work(load_bytes=ks.load_bytes) for name, ks in state.kernel_stats.items()}
     report.decisions = kernel_decisions(graph, spec, state.kernel_stats, work)
+    report.notes.extend(graph.notes)             # what the trace chose (frontend.context.note)
     gmem = state.gmem
     report.notes.append(f"L2 write-back: HBM moved {gmem.hbm_bytes / 1e6:.1f} MB, of which "
                         f"{gmem.writeback_bytes / 1e6:.1f} MB dirty evictions and "
