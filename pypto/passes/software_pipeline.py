@@ -19,7 +19,10 @@ copies of the body per step of the new loop), optionally with
   stands for (the front end's own, at its addresses); the copy of iteration k (counted from the loop's
   start) uses ``t_(k mod P)``, in every stage; P divides U, so no tile is chosen by an expression. An
   iteration's later stage thus uses the slot its earlier stage filled. The slot tiles are not renamed and
-  the placeholder ``buf`` is dropped from the declarations when nothing uses it;
+  the placeholder ``buf`` is dropped from the declarations when nothing uses it. Where the placeholder's
+  valid shape depends on the loop variable (a tail), each use gets a declaration of its slot, ``<slot>_s<k>``
+  (the slot's address, ``buffer`` the slot), with the copy's iteration substituted in that valid shape,
+  one per distinct valid shape;
 * ``rename = False``: no per-copy tiles (the front end owns the buffers: Professional mode's tiles at
   the user's addresses); no read-before-write checks (the user's tiles may carry state between
   iterations and stages);
@@ -93,10 +96,16 @@ def software_pipeline(block, subs=None) -> dict:
     (the front end's tile it copies, the copies' suffix path)} for the tiles the block keeps."""
     p = _Pipeliner(block, subs or _default_subs)
     block.body = p.stmts(block.body)
-    if p.made or p.placeholders:
+    if p.made or p.placeholders or p.versions:
         _renumber_handoffs(block.body)
         used = {t for ins in walk_instrs(block.body) for t in touched_tiles(ins)}
-        block.tiles = [t for t in block.tiles if t.name in used or (t.name not in p.made
+        tiles = []
+        for t in block.tiles:               # a slot's versions follow its declaration
+            tiles.append(t)
+            tiles += [d for (slot, _), d in p.versions.items() if slot == t.name]
+        block.tiles = tiles
+        made = set(p.made) | {d.name for d in p.versions.values()}
+        block.tiles = [t for t in block.tiles if t.name in used or (t.name not in made
                                                                      and t.name not in p.placeholders)]
     return {n: o for n, o in p.made.items() if any(t.name == n for t in block.tiles)}
 
@@ -148,6 +157,7 @@ class _Pipeliner:
         self.made: dict = {}         # new tile -> (tile it copies, suffix)
         self.origin: dict = {}       # a name the pass made -> (root name, suffix path)
         self.placeholders: set = set()   # slot buffers' placeholder tiles (dropped when unused)
+        self.versions: dict = {}         # (slot tile, valid shape) -> the declaration of that slot's version
 
     # ------------------------------------------------------------------ walking
     def stmts(self, stmts: list) -> list:
@@ -223,7 +233,10 @@ class _Pipeliner:
                 ren[t] = self._name(t, sfx)
             for buf, tiles in slots.items():
                 ren[buf] = tiles[i % len(tiles)]
-            return _Piece(m, ren, it - var, steady)
+            pc = _Piece(m, ren, it - var, steady)
+            for buf, tiles in slots.items():
+                ren[buf] = self._slot_version(buf, tiles[i % len(tiles)], var, pc)
+            return pc
 
         def body(pc: _Piece, stage=None) -> list:
             stmts = loop.body if stage is None else \
@@ -397,6 +410,31 @@ class _Pipeliner:
         n = f"{root}_{suffix}{path}"
         self.origin[n] = (root, suffix + path)
         return n
+
+    def _slot_version(self, buf: str, tile: str, var, pc: _Piece) -> str:
+        """The slot tile a copy uses for ``buf``: the slot itself, or, where the placeholder's valid shape
+        depends on the loop variable (a tail), a declaration of the slot (same buffer and address) with the
+        copy's iteration substituted in that valid shape, one per distinct valid shape."""
+        by_name = {t.name: t for t in self.block.tiles}
+        ph, slot = by_name.get(buf), by_name.get(tile)
+        if ph is None or slot is None or ph.valid is None \
+                or var not in set().union(*[getattr(v, "free_symbols", set()) for v in ph.valid]):
+            return tile
+        valid = tuple(self.sx(v, pc) for v in ph.valid)
+        if valid == tuple(slot.shape):
+            valid = None
+        if valid == (None if slot.valid is None else tuple(slot.valid)):
+            return tile
+        key = (tile, valid)
+        decl = self.versions.get(key)
+        if decl is None:
+            taken = set(by_name) | {d.name for d in self.versions.values()}
+            k = 1
+            while f"{tile}_s{k}" in taken:
+                k += 1
+            decl = self.versions[key] = TileDecl(f"{tile}_s{k}", slot.space, slot.dtype, tuple(slot.shape),
+                                                 slot.addr, valid, slot.layout, slot.buffer_name)
+        return decl.name
 
     def _order_start(self):
         self._new: list = []           # declarations in the order the copies make them

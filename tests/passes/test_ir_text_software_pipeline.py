@@ -697,3 +697,88 @@ def test_n_stage_and_slot_loops_compute_what_the_loop_computes(text, mark, dt):
         ref = per.reshape(n, 8, 64).sum(0)
         tol = 1e-5 if dt == "f32" else (3e-2 if dt == "f16" else 1e-1)
         torch.testing.assert_close(out["o"].float(), ref, rtol=tol, atol=tol)
+
+
+TAIL_SLOTS = """
+block k  core=AIV  args(x: gm DT[R, 64], o: gm DT[R, 64])  params(n)
+  symbols n: int>0
+  tile y : ub DT[8, 64]  valid [Min(8, R - 8*i), 64]
+  tile z : ub DT[8, 64]  valid [Min(8, R - 8*i), 64]
+  tile y0 : ub DT[8, 64] @0x0
+  tile y1 : ub DT[8, 64] @0x800
+  tile z0 : ub DT[8, 64] @0x1000
+  tile z1 : ub DT[8, 64] @0x1800
+  for i in range(0, n, 1) {unroll=2, skew=(0, 1, 2), tail=guard, rename=False, slots={y=(y0, y1), z=(z0, z1)}}:
+    TLOAD  y, x[8*i, 0] {stage=0}
+    TMULS  z, y, 3.0 {stage=1}
+    TSTORE o[8*i, 0], z {stage=2}
+"""
+
+
+def test_a_slot_whose_valid_shape_follows_the_iteration_is_declared_per_iteration():
+    """Professional mode's tails: the placeholder's valid shape depends on the loop variable (the last row
+    block is partial), so each use of a slot tile gets a declaration of that slot (same address, buffer the
+    slot) with its own iteration substituted: the prologue's iteration 0 / 1, the steady copies' i + 2 / i + 1
+    / i (an earlier stage runs a later iteration); equal valid shapes share a declaration."""
+    blk = block(TAIL_SLOTS.replace("DT", "f32"))
+    software_pipeline(blk)
+    assert_text(blk, """
+block k  core=AIV  args(x: gm f32[R, 64], o: gm f32[R, 64])  params(n)
+  symbols  n: int>0
+  tile y0    : ub f32[8, 64] @0x00000
+  tile y0_s1 : ub f32[8, 64] @0x00000  valid [Min(8, R), 64]  buffer y0
+  tile y0_s2 : ub f32[8, 64] @0x00000  valid [Min(8, R - 8*i - 16), 64]  buffer y0
+  tile y1    : ub f32[8, 64] @0x00800
+  tile y1_s1 : ub f32[8, 64] @0x00800  valid [Min(8, R - 8), 64]  buffer y1
+  tile y1_s2 : ub f32[8, 64] @0x00800  valid [Min(8, R - 8*i - 8), 64]  buffer y1
+  tile y1_s3 : ub f32[8, 64] @0x00800  valid [Min(8, R - 8*i - 24), 64]  buffer y1
+  tile z0    : ub f32[8, 64] @0x01000
+  tile z0_s1 : ub f32[8, 64] @0x01000  valid [Min(8, R), 64]  buffer z0
+  tile z0_s2 : ub f32[8, 64] @0x01000  valid [Min(8, R - 8*i - 16), 64]  buffer z0
+  tile z0_s3 : ub f32[8, 64] @0x01000  valid [Min(8, R - 8*i), 64]  buffer z0
+  tile z1    : ub f32[8, 64] @0x01800
+  tile z1_s2 : ub f32[8, 64] @0x01800  valid [Min(8, R - 8*i - 8), 64]  buffer z1
+  TLOAD          y0_s1, x[0, 0]                            MTE2
+  if 1 < n:
+    TLOAD          y1_s1, x[8, 0]                          MTE2
+  TMULS          z0_s1, y0_s1, 3.0                         V
+  for i in range(0, n, 2) {pipeline=2, skewed=(0, 1, 2)}:
+    if i + 2 < n:
+      TLOAD          y0_s2, x[8*i + 16, 0]                 MTE2
+    if i + 1 < n:
+      TMULS          z1_s2, y1_s2, 3.0                     V
+    TSTORE         o[8*i, 0], z0_s3                        MTE3
+    if i + 1 < n:
+      if i + 3 < n:
+        TLOAD          y1_s3, x[8*i + 24, 0]               MTE2
+      if i + 2 < n:
+        TMULS          z0_s2, y0_s2, 3.0                   V
+      TSTORE         o[8*i + 8, 0], z1_s2                  MTE3
+""")
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+def test_slot_loops_with_a_partial_last_block_compute_what_the_loop_computes(dt):
+    """The tail form above on the simulator against torch for 1 .. 29 rows (1 .. 4 blocks: fewer blocks than
+    stages, partial and full last blocks), after the address check and sync passes Professional mode runs
+    (its tiles keep the user's addresses; the slot's declarations are one buffer): every row of o is 3 x."""
+    import torch
+
+    import pypto
+    from pypto.ir.block import Kernel
+    from pypto.passes.memory import check_addresses
+    from pypto.passes.pipe_sync import synchronize
+    from pypto.passes.vector_barriers import insert_barriers
+    from pypto.runtime import sim
+    machine = pypto.get_machine()
+    blk = block(TAIL_SLOTS.replace("DT", dt))
+    software_pipeline(blk)
+    check_addresses(blk, machine)           # the user's addresses, as Professional mode keeps them
+    synchronize(blk, machine)
+    insert_barriers(blk)
+    tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dt]
+    for rows in (1, 5, 8, 13, 16, 20, 29):
+        x = torch.randn(rows, 64, generator=torch.Generator().manual_seed(rows)).to(tdt)
+        out, _ = sim.run_kernel(Kernel("k", [blk]), {"x": x, "o": torch.zeros(rows, 64, dtype=tdt)},
+                                {"n": -(-rows // 8)})
+        torch.testing.assert_close(out["o"], (3 * x.float()).to(tdt), rtol=1e-5 if dt == "f32" else 1e-2, atol=1e-5)
