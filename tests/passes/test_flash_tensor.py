@@ -100,6 +100,20 @@ def test_one_cluster_kernel_and_its_decisions():
     assert cols[1]._cells[0] == "query rows 128/512 x keys 128/512 (flash form)" and cols[3]._cells[0] == "3 stages"
 
 
+def test_softmax_statistics_are_one_contiguous_span():
+    """The vector side's [rows, 1] statistics (m, l, alpha, ...) are worked on over their tiles' full 8-column
+    rows: one contiguous span per instruction, not a masked repeat per row (the cost model's two cases)."""
+    q, k, v = _inputs((1, 256, 64), (1, 256, 64), "fp16")
+    graph = lower(pypto.jit(_sdpa(True), backend="reference").trace(q, k, v))
+    kernel = next(iter(graph.kernels.values()))
+    aiv = next(b for b in kernel.blocks if b.core == CoreType.AIV)
+    stats = [t for t in aiv.tiles if tuple(t.shape)[-1] == 8]
+    assert {t.name for t in stats} >= {"v_m", "v_l", "v_alpha0", "v_mn0", "v_lj0"}
+    assert all(t.valid is not None and t.valid[1] == 8 for t in stats), [(t.name, t.valid) for t in stats]
+    out = pypto.jit(_sdpa(True), backend="sim")(q, k, v)      # columns 1..7 never reach the result
+    _check(out, q, k, v, "fp16", causal=True)
+
+
 def test_masked_key_blocks_are_skipped():
     """Causal at 512 x 512 (fp16: 128-row query blocks, 128-key blocks): query block i runs the key blocks up to
     its last row only, i + 1 of them (10 of 16); static_masks=False runs all 16."""
