@@ -9,7 +9,9 @@ Boxes and dependencies follow regions.py and deps.py: the one dependency model o
 
 Data scalars (``pypto.item``: ``graph.scalar_reads``) are read from their arguments when an expression
 first needs them (scalars.py): the expansion runs under a ``ScalarEnv``, each instance counts the reads
-made just before it (``control_reads``: the sim charges them to the AICPU's control thread). A run-time
+made just before it (``control_reads``: the sim charges them to the AICPU's control thread), and the
+submissions count those made after the last instance (``Submissions.trailing_reads``: the run's end, e.g.
+a final loop whose data-dependent trip count is 0). A run-time
 branch is a Loop of 0 or 1 trips (ir/execution.py), expanded like any loop."""
 from __future__ import annotations
 
@@ -113,8 +115,15 @@ def _regions(task, regions, params, geo):
     return evaluate
 
 
+class Submissions(list):
+    """The submissions of a run (lists of task instances), and the data scalars the control program read
+    after its last instance (``trailing_reads``: no instance follows to charge them to)."""
+    trailing_reads = 0
+
+
 def expand(graph, env: dict, geo, stitch: int = 1, instance=TaskInstance):
-    """(task instances in program order with their dependencies, submissions: lists of instances).
+    """(task instances in program order with their dependencies, submissions: lists of instances, a
+    ``Submissions``).
 
     A Task outside any loop is a submission of its own; so are ``stitch`` consecutive iterations of
     an outermost loop. ``instance``: the TaskInstance (sub)class to make."""
@@ -184,7 +193,10 @@ def expand(graph, env: dict, geo, stitch: int = 1, instance=TaskInstance):
     rec(graph.program, top, None)
     if reads:
         _check_unwritten(reads, instances, geo.bufs)
-    return instances, [s for s in submissions if s]
+    out = Submissions(s for s in submissions if s)
+    if reader is not None:
+        out.trailing_reads = reader.count - done_reads[0]
+    return instances, out
 
 
 def _data_of(bufs, name):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..host import TaskInstance, expand as expand_program
+from ..host.control import Submissions
 
 
 class SimTask(TaskInstance):
@@ -33,13 +34,14 @@ class Batch:
 
 
 def expand(graph, env: dict, geo, stitch: int = 1) -> tuple[list, list]:
-    """(SimTasks in program order, their Batches)."""
+    """(SimTasks in program order, their Batches: a ``Submissions`` with the reads after the last task)."""
     instances, submissions = expand_program(graph, env, geo, stitch, instance=SimTask)
     for inst in instances:
         inst.deps_left = len(inst.deps)
         for d in inst.deps:
             instances[d].dependents.append(inst)
-    batches = []
+    batches = Submissions()
+    batches.trailing_reads = submissions.trailing_reads
     for group in submissions:
         batch = Batch(group)
         for inst in group:

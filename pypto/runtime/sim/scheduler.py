@@ -4,7 +4,8 @@ free cores, cores run them; time advances event by event (submissions, dispatche
 * Launch (machine [launch]): the control thread starts ``start_cycles`` after the host's launch, and
   the host sees the end ``drain_cycles`` after the last block finished.
 * Control thread (AICPU 0): submits the submissions in program order, ``submit_cycles`` each, plus
-  ``scalar_read_cycles`` for each data scalar (``pypto.item``) it read from GM to expand the submission.
+  ``scalar_read_cycles`` for each data scalar (``pypto.item``) it read from GM to expand the submission
+  (those read after the last submission, ``trailing_reads`` of the batches, at the end: the run waits for them).
 * Dispatchers (the other AICPU threads): a submission whose first task is ready (submitted, all
   producers finished) takes the earliest-free dispatcher for ``task_dispatch_cycles``; once
   dispatched, each of its tasks goes to the cores as soon as its producers finished.
@@ -84,6 +85,7 @@ class Scheduler:
             # the data scalars the control thread read to expand this submission (pypto.item) come first
             t += self.submit_cycles + (read * sum(i.control_reads for i in b.instances) if read else 0)
             self.push(t, _SUBMIT, b)
+        t += read * getattr(batches, "trailing_reads", 0)     # reads after the last task: the run's end
         self.end = t
         events, running = self.events, self.running
         while events or running:
