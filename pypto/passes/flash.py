@@ -424,7 +424,8 @@ def lower_flash(p: TileProgram, machine):
     # row reductions write and the row-expands read column 0 only), so each is one contiguous span of HALF * 32
     # bytes: 8 vector repeats instead of HALF one-column rows (64), alpha's exp 32 instead of 256 (a2a3 SDPA
     # [3, 4096, 128] fp16: AIV V 73% -> 56% busy, 0.324 -> 0.327 of the roofline; the kernel is now bound by
-    # the L2 bandwidth of the handoffs: 320 KB per [128, 128] block and cluster, 93% of a2a3's 4.9 TB/s)
+    # the L2 bandwidth: report.gm_bytes 1013 MB in 216.5 us = 4.68 TB/s of a2a3's 4.9; per [128, 128] block and
+    # cluster S 2 x 64 KB fp32, P 2 x 32 KB, P V 2 x 32 KB, K and V 64 KB: only fewer bytes make it faster)
     stat = (half, 8)
     sv = (rv, 8)
     m = vx.tile("v_m", MemSpace.UB, f32, stat, sv, "stat")
