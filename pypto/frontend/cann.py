@@ -10,9 +10,11 @@ are not in this list: they are implemented or refused.
 """
 from __future__ import annotations
 
+import builtins
 import enum
 import functools
 import logging
+import threading
 import types
 
 from ..errors import PyptoError
@@ -159,48 +161,78 @@ def jit_options(name: str, host_options=None, codegen_options=None, pass_options
         note_ignored("jit", {"new_ir": new_ir, "create_new_logical_tensor": create_new_logical_tensor})
 
 
-def _size_minmax() -> None:
-    """CANN's SymbolicScalar methods ``n.min(m)`` / ``n.max(m)`` on sizes (pypto's sizes are sympy
-    expressions): the same as ``pypto.min(n, m)`` / ``pypto.max(n, m)``; ``n.item()`` is ``n`` (torch's
-    spelling of a read, on a value already read). Added to sympy's Expr only where sympy has no
-    attribute of that name."""
+# The jit traces running on this thread (size_builtins): CANN's size methods and Python's min / max of
+# sizes take pypto's meaning only there, so no other code of the process (another thread, a library, a
+# program outside a trace) sees a changed sympy or builtins.
+_local = threading.local()
+_lock = threading.Lock()           # guards the builtins swap: _installed threads in a trace, _saved
+_installed = 0
+_saved: tuple = ()
+
+
+def _in_trace() -> bool:
+    return getattr(_local, "depth", 0) > 0
+
+
+class _SizeMethod:
+    """``n.min(m)``, ``n.max(m)``, ``n.item()`` on a sympy expression (pypto's sizes are sympy
+    expressions: CANN's SymbolicScalar methods), only while this thread traces a jit function
+    (size_builtins); anywhere else the attribute does not exist, as in plain sympy."""
+
+    def __init__(self, name, fn):
+        self.name, self.fn = name, fn
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        if not _in_trace():
+            raise AttributeError(f"{type(obj).__name__!r} object has no attribute {self.name!r}")
+        return functools.partial(self.fn, obj)
+
+
+def _size_methods() -> None:
+    """``n.min(m)`` / ``n.max(m)``: ``pypto.min(n, m)`` / ``pypto.max(n, m)``; ``n.item()`` is ``n``
+    (torch's spelling of a read, on a value already read: lens[b].item() where lens[b] is a data scalar).
+    Put on sympy's Expr only where sympy has no attribute of that name, and live only inside a trace."""
     import sympy
     from .. import symbolic as sym
-    if not hasattr(sympy.Expr, "min"):
-        sympy.Expr.min = lambda self, other: sym.smin(self, other)
-    if not hasattr(sympy.Expr, "max"):
-        sympy.Expr.max = lambda self, other: sym.smax(self, other)
-    if not hasattr(sympy.Expr, "item"):       # lens[b].item() where lens[b] is already a data scalar
-        sympy.Expr.item = lambda self: self
+    for name, fn in (("min", sym.smin), ("max", sym.smax), ("item", lambda self: self)):
+        if not hasattr(sympy.Expr, name):
+            setattr(sympy.Expr, name, _SizeMethod(name, fn))
 
 
-_size_minmax()
+_size_methods()
 
 
 class size_builtins:
     """While a ``pypto.jit`` function is traced, Python's ``min`` / ``max`` of sizes (``min(off + 64, n)``
     with ``n = x.shape[0]``, as CANN PyPTO programs write them: CANN parses the function, pypto runs it)
     give the symbolic ``pypto.min`` / ``pypto.max`` instead of failing on a sympy comparison. Only a
-    call of two or more positional ints / sizes, at least one of them symbolic, is taken; every other
-    call is Python's own."""
-
-    _depth = 0
+    call of two or more positional ints / sizes, at least one of them symbolic, on the tracing thread
+    is taken; every other call (another thread's included) is Python's own. ``builtins.min`` / ``max``
+    are swapped while any thread traces (under a lock, counted per thread) and restored when the last
+    trace ends, an exception's included; the thread's depth lets a trace nest in another."""
 
     def __enter__(self):
-        import builtins
-        cls = type(self)
-        if cls._depth == 0:
-            cls._saved = (builtins.min, builtins.max)
-            builtins.min, builtins.max = _size_aware(cls._saved[0], "smin"), _size_aware(cls._saved[1], "smax")
-        cls._depth += 1
+        global _installed, _saved
+        depth = getattr(_local, "depth", 0)
+        if depth == 0:
+            with _lock:
+                if _installed == 0:
+                    _saved = (builtins.min, builtins.max)
+                    builtins.min, builtins.max = _size_aware(_saved[0], "smin"), _size_aware(_saved[1], "smax")
+                _installed += 1
+        _local.depth = depth + 1
         return self
 
     def __exit__(self, *exc):
-        import builtins
-        cls = type(self)
-        cls._depth -= 1
-        if cls._depth == 0:
-            builtins.min, builtins.max = cls._saved
+        global _installed
+        _local.depth -= 1
+        if _local.depth == 0:
+            with _lock:
+                _installed -= 1
+                if _installed == 0:
+                    builtins.min, builtins.max = _saved
         return False
 
 
@@ -210,11 +242,13 @@ def _size_aware(builtin, which):
     fn = getattr(sym, which)
 
     def minmax(*args, **kwargs):
-        if (len(args) >= 2 and not kwargs
+        if (_in_trace() and len(args) >= 2 and not kwargs
                 and all(isinstance(a, (int, sympy.Expr)) and not isinstance(a, bool) for a in args)
                 and any(isinstance(a, sympy.Expr) and a.free_symbols for a in args)):
             return fn(*args)
         return builtin(*args, **kwargs)
     minmax.__name__ = builtin.__name__
+    minmax.__qualname__ = builtin.__qualname__
     minmax.__doc__ = builtin.__doc__
+    minmax.__wrapped__ = builtin
     return minmax

@@ -187,8 +187,7 @@ def test_size_min_max_methods_and_python_min_in_tail_loops(backend):
     assert f.trace_count == 1
     assert min(3, 5) == 3 and max([1, 4]) == 4 and min("ab", "b") == "ab"   # Python's own, outside a trace
     import sympy
-    a = sympy.Symbol("a", integer=True)              # SymbolicScalar .min / .max of a size: symbolic, by value
-    assert [a.min(3).subs(a, v) for v in (1, 7)] == [1, 3] and [a.max(3).subs(a, v) for v in (1, 7)] == [3, 7]
+    assert not hasattr(sympy.Symbol("a"), "min")     # SymbolicScalar's .min lives only in a trace (test_cann_scope)
 
 
 @pytest.mark.parametrize("backend", ["sim", "cpu"])
