@@ -26,7 +26,8 @@ def emit(op: str, inputs: list, attrs: dict | None = None) -> Tensor:
     inputs = [fresh(t) for t in inputs]
     frame = ctx.current()
     g = frame.graph
-    ids = [ctx.resolve(t._graph, t._node) for t in inputs]
+    # an assemble's destination is the tensor itself, not a branch side's simplified reading of it
+    ids = [ctx.resolve(t._graph, t._node, refine=not (op == "assemble" and k == 0)) for k, t in enumerate(inputs)]
     infos = [g.info(i) for i in ids]
     attrs = dict(attrs or {})
     op_def = get_op(op)
@@ -262,7 +263,8 @@ def _parse_index(x: Tensor, idx):
             offsets.append(start)
             # written as min(stop - start, size - start) so that x[i*64 : i*64 + 64] has the same
             # symbolic size as pypto.min(64, n - i*64)
-            length = sym.min_given_ranges(sym.simplify(stop - start), sym.simplify(size - start), ctx.loop_ranges)
+            length = ctx.refine_size(sym.min_given_ranges(sym.simplify(stop - start), sym.simplify(size - start),
+                                                          ctx.loop_ranges))
             sizes.append(builtins.max(length, 0) if isinstance(length, int) else length)
             out_pos += 1
         else:
@@ -368,7 +370,7 @@ def _write(dst: Tensor, offsets: tuple, src: Tensor) -> None:
         # tiling pass stores src straight into dst's buffer when dst is an argument (an out-param)
         src = fresh(src)
         ctx.record_mutation(dst)
-        dst._graph, dst._node = ctx.current().graph, ctx.resolve(src._graph, src._node)
+        dst._graph, dst._node = ctx.current().graph, ctx.resolve(src._graph, src._node, refine=False)
     else:
         _rebind(dst, emit("assemble", [dst, src], {"offsets": offsets}))
 

@@ -17,8 +17,8 @@ class Frame:
     capture_sources: list = field(default_factory=list)     # parent node ids, in body-input order
     # id(tensor) -> (tensor, graph, node) it had before its first mutation in this frame
     mutated: dict = field(default_factory=dict)
-    # a run-time branch's side: node -> the node its ops read instead (shapes simplified under the
-    # branch's condition; frontend/control.py), or None
+    # a run-time branch's side (frontend/control.py): refine(node) is the node its ops read instead,
+    # refine.size(d) a size, simplified under the branch's condition; None elsewhere
     refine: object = None
 
 
@@ -54,6 +54,14 @@ def note(text: str) -> None:
     cpu and npu (e.g. which kernel a model layer fell back to, and why). Outside a trace: nothing."""
     if _stack and text not in _stack[0].graph.notes:
         _stack[0].graph.notes.append(text)
+
+
+def refine_size(d):
+    """``d`` simplified under the conditions of the run-time branch sides being traced."""
+    for f in _stack:
+        if f.refine is not None:
+            d = f.refine.size(d)
+    return d
 
 
 def is_tracing() -> bool:

@@ -26,6 +26,7 @@ from sympy.logic.boolalg import Boolean, BooleanAtom
 from .. import symbolic as sym
 from ..errors import PyptoError, TypeMismatchError, user_location
 from ..ir.tensor_graph import OutputSpec, TensorGraph, ValueInfo
+from ..ops.registry import get_op
 from . import cann, context as ctx
 from .scalars import item
 from .tensor import Tensor
@@ -33,6 +34,8 @@ from .tensor import Tensor
 _ids = itertools.count()
 # index symbol -> (first value, last value) of the pypto.loop being traced
 _loop_ends: dict = {}
+# index symbol -> (start, stop, step) of the pypto.loop being traced
+_loop_spans: dict = {}
 
 
 def _bound(what, v, loc):
@@ -87,11 +90,13 @@ class loop:
         ctx.loop_ranges[var] = (self.start, sym.simplify(self.stop - 1))
         last = self.start + (sympy.ceiling((self.stop - self.start) / self.step) - 1) * self.step
         _loop_ends[var] = (self.start, sym.simplify(last))
+        _loop_spans[var] = (self.start, self.stop, self.step)
         try:
             yield var
         finally:
             del ctx.loop_ranges[var]
             _loop_ends.pop(var, None)
+            _loop_spans.pop(var, None)
             popped = ctx.pop()
             assert popped is frame
         self._close(parent, frame, var)
@@ -276,7 +281,10 @@ def _branch(c, fns, before, loc, one_sided=()):
     for side, (fn, trip) in enumerate(sides):
         lp = loop(0, trip, name=f"{'then' if side == 0 else 'else'}{next(_ids)}")
         lp.loc = loc
+        facts = _facts(c if side == 0 else sympy.Not(c))
         for _ in lp:
+            if facts[0] or facts[1]:
+                ctx.current().refine = _refiner(ctx.current().graph, facts, loc)
             out = fn() if fn is not None else (before if before is not None else None)
             flat, kind = _flat(out)
             if side == 1 and len(flat) != len(results[0]):
@@ -340,6 +348,88 @@ def _branch(c, fns, before, loc, one_sided=()):
                              "tensors and integer scalars are merged after a run-time branch", loc=loc)
     kind = kinds[0]
     return merged[0] if kind is None else kind(merged)
+
+
+def _facts(c):
+    """What a side of a branch on ``c`` knows: ({symbol: value} from equalities, [e: e >= 0 holds]).
+    ``i != last`` of a loop(start, stop, step) index is ``i + step < stop`` (a later iteration exists),
+    ``i != start`` is ``i >= start + step``."""
+    subs, nonneg = {}, []
+    if isinstance(c, sympy.And):
+        for a in c.args:
+            s, n = _facts(a)
+            subs.update(s)
+            nonneg += n
+    elif isinstance(c, sympy.Eq):
+        for a, b in ((c.lhs, c.rhs), (c.rhs, c.lhs)):
+            if isinstance(a, sympy.Symbol) and a in _loop_spans:
+                subs[a] = b
+                break
+    elif isinstance(c, sympy.Ne):
+        for a, b in ((c.lhs, c.rhs), (c.rhs, c.lhs)):
+            if isinstance(a, sympy.Symbol) and a in _loop_spans:
+                start, stop, step = _loop_spans[a]
+                if sym.equal(b, _loop_ends[a][1]) is True:
+                    nonneg.append(sym.simplify(stop - step - a - 1))
+                elif sym.equal(b, start) is True:
+                    nonneg.append(sym.simplify(a - start - step))
+                break
+    elif isinstance(c, Relational) and _int_like(c):
+        d = {sympy.StrictLessThan: c.rhs - c.lhs - 1, sympy.LessThan: c.rhs - c.lhs,
+             sympy.StrictGreaterThan: c.lhs - c.rhs - 1, sympy.GreaterThan: c.lhs - c.rhs}.get(type(c))
+        if d is not None:
+            nonneg.append(sym.simplify(d))
+    return subs, nonneg
+
+
+def _refined_dim(d, facts):
+    """The size ``d`` under a branch side's facts, when they make it a constant (a tail's
+    ``min(step, stop - i)`` on the side where ``i`` is not the last index is ``step``); else ``d``."""
+    if isinstance(d, int) or not isinstance(d, sympy.Basic) or not d.free_symbols:
+        return d
+    subs, nonneg = facts
+    r = ctx.loop_ranges
+
+    def provable(x):
+        try:
+            return sym.prove_nonnegative(sympy.expand(x), r) or any(
+                sym.prove_nonnegative(sympy.expand(x - f), r) for f in nonneg)
+        except (TypeError, ValueError):
+            return False
+
+    def pick(e):
+        keep = [a for a in e.args
+                if not any(b is not a and (provable(a - b) if isinstance(e, sympy.Min) else provable(b - a))
+                           for b in e.args)]
+        return e.func(*keep) if keep else e
+
+    e = d.subs(subs) if subs else d
+    e = e.replace(lambda x: isinstance(x, (sympy.Min, sympy.Max)), pick)
+    e = sym.simplify(e)
+    return int(e) if isinstance(e, (int, sympy.Integer)) else d
+
+
+def _refiner(graph, facts, loc):
+    """A branch side's reading of the values it captures: one whose shape the side's facts make
+    static is read through a view of that static shape at offset 0 (the same data: the extents agree
+    whenever this side runs, and a view's bounds are checked against its source at run time)."""
+    seen: dict = {}
+
+    def refine(node):
+        if node in seen:
+            return seen[node]
+        info = graph.info(node)
+        out = node
+        if isinstance(info, ValueInfo) and info.shape:
+            shape = tuple(_refined_dim(d, facts) for d in info.shape)
+            if shape != tuple(info.shape):
+                attrs = {"offsets": (0,) * len(shape), "shape": shape, "tile_shape": shape}
+                out = graph.add_node("view", [node], attrs, get_op("view").infer([info], attrs), loc)
+                seen[out] = out
+        seen[node] = out
+        return out
+    refine.size = lambda d: _refined_dim(d, facts)
+    return refine
 
 
 def _copy_of(t, zeros, assemble):
