@@ -32,7 +32,8 @@ A function whose source Python cannot show (made by ``exec``, a lambda), a decor
 (``functools.wraps``: inspect would show the wrapped function's source) or one that uses ``super()`` runs as
 written, with sympy's truth-value error still turned into a pypto error at the user's line; there a
 bare ``i == 0`` on a loop index stays Python's structural comparison.
-Line numbers and file stay the user's (errors name them); closures and globals stay the function's own.
+Line numbers, columns and file stay the user's (errors and tracebacks name them: each node the rewrite
+makes is located at the user's node it stands for, ``_at``); closures and globals stay the function's own.
 """
 from __future__ import annotations
 
@@ -40,7 +41,6 @@ import ast
 import functools
 import inspect
 import os
-import textwrap
 import types
 import weakref
 
@@ -55,20 +55,52 @@ _helpers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _DIRECT = ("super", "locals", "globals", "vars", "eval", "exec", "dir")
 
 
+def _at(node, like):
+    """``node`` and every node in it made here (without a location) at ``like``'s source location; the
+    user's nodes in it keep their own. Every generated node is located when it is made: a node left
+    without one would take that of whatever statement encloses it (an ``if`` made into side functions
+    spans lines), and CPython places a method call at the end line of its callee's attribute, so
+    ``_pypto_ctl_.call(...)`` inside a side named the last line of the ``if``."""
+    stack = [node]
+    while stack:                               # not into a located node: the user's (or located already)
+        x = stack.pop()
+        if "lineno" in x._attributes and not hasattr(x, "lineno"):
+            ast.copy_location(x, like)
+            stack.extend(ast.iter_child_nodes(x))
+        elif x is node or "lineno" not in x._attributes:
+            stack.extend(ast.iter_child_nodes(x))
+    return node
+
+
+def _helper(attr, like):
+    """``_pypto_ctl_.attr``, located at the start of ``like`` (zero width): the call it makes is at
+    ``like``'s first line, where Python would place the user's own expression."""
+    node = ast.Attribute(ast.Name(_HELPER, ast.Load()), attr, ast.Load())
+    for x in (node, node.value):
+        x.lineno = x.end_lineno = like.lineno
+        x.col_offset = x.end_col_offset = like.col_offset
+    return node
+
+
 def _call(attr, args, like):
-    node = ast.Call(ast.Attribute(ast.Name(_HELPER, ast.Load()), attr, ast.Load()), args, [])
-    return ast.copy_location(node, like)
+    return _at(ast.Call(_helper(attr, like), args, []), like)
 
 
 def _lambda(body, like):
-    return ast.copy_location(ast.Lambda(ast.arguments([], [], None, [], [], None, []), body), like)
+    return _at(ast.Lambda(ast.arguments([], [], None, [], [], None, []), body), like)
 
 
 def _eager(value, like):
     """A thunk of ``value`` evaluated where it stands (a default argument): a walrus in it binds the
     enclosing function's name, as in the original."""
-    return ast.copy_location(ast.Lambda(ast.arguments([], [ast.arg("_v")], None, [], [], None, [value]),
-                                        ast.Name("_v", ast.Load())), like)
+    return _at(ast.Lambda(ast.arguments([], [ast.arg("_v")], None, [], [], None, [value]),
+                          ast.Name("_v", ast.Load())), like)
+
+
+def _params(names):
+    """A side function's parameters: new nodes for each side (a node shared by two sides would have its
+    line moved twice by ``ast.increment_lineno``)."""
+    return ast.arguments([], [ast.arg(n) for n in names], None, [], [], None, [])
 
 
 def _binds(node) -> bool:
@@ -268,9 +300,11 @@ class _Rewrite(ast.NodeTransformer):
         self.generic_visit(node)
         if isinstance(node.func, ast.Name) and node.func.id in _DIRECT:
             return node
-        call = ast.Call(ast.Attribute(ast.Name(_HELPER, ast.Load()), "call", ast.Load()),
-                        [node.func, *node.args], node.keywords)
-        return ast.copy_location(call, node)
+        # the helper's attribute where the user's callee stands (and ends): Python places the call at
+        # the callee's end line, as for the user's own ``obj.method(...)``
+        helper = ast.Attribute(ast.Name(_HELPER, ast.Load()), "call", ast.Load())
+        ast.copy_location(helper.value, node.func)
+        return _at(ast.Call(ast.copy_location(helper, node.func), [node.func, *node.args], node.keywords), node)
 
     def visit_IfExp(self, node):
         self.generic_visit(node)
@@ -328,9 +362,9 @@ class _Rewrite(ast.NodeTransformer):
             n = self.count
             names = _bound(st.body) + [v for v in _bound(rest) if v not in _bound(st.body)]
             names = [v for v in names if v != _HELPER]
-            args = ast.arguments([], [ast.arg(v) for v in names], None, [], [], None, [])
             sides = []
             for label, body in (("then", st.body), ("else", rest)):
+                args = _params(names)
                 fn = ast.FunctionDef(f"_pypto_{label}_{n}", args, self._fold(list(body)), [], None)
                 for x in ast.walk(fn):
                     if not hasattr(x, "lineno"):
@@ -363,11 +397,11 @@ class _Rewrite(ast.NodeTransformer):
         k = self.count
         names = _bound(node.body) + [n for n in _bound(node.orelse) if n not in _bound(node.body)]
         names = [n for n in names if n != _HELPER]
-        args = ast.arguments([], [ast.arg(n) for n in names], None, [], [], None, [])
 
         def side(label, stmts):
             ret = ast.Return(ast.Tuple([ast.Name(n, ast.Load()) for n in names], ast.Load()))
-            fn = ast.FunctionDef(f"_pypto_{label}_{k}", args, list(stmts or [ast.Pass()]) + [ret], [], None)
+            fn = ast.FunctionDef(f"_pypto_{label}_{k}", _params(names), list(stmts or [ast.Pass()]) + [ret], [],
+                                 None)
             for s in ast.walk(fn):
                 if not hasattr(s, "lineno"):
                     ast.copy_location(s, node)
@@ -393,14 +427,20 @@ def _rewritten(fn):
     if getattr(fn, "__wrapped__", None) is not None:
         return None                            # a decorator's wrapper: inspect would show the wrapped source
     try:
-        src = textwrap.dedent(inspect.getsource(fn))
+        lines, first = inspect.getsourcelines(fn)
     except (OSError, TypeError):
         return None
+    src = "".join(lines)
+    # an indented source (a method, a nested function) is parsed inside an `if 1:` (one line more), not
+    # dedented: its nodes keep the columns of the user's file (tracebacks underline the right text) and
+    # its string literals their whitespace-only lines
+    indented = src[:1].isspace()
     try:
-        tree = ast.parse(src)
+        tree = ast.parse("if 1:\n" + src if indented else src)
     except SyntaxError:
         return None
-    fdef = tree.body[0] if tree.body else None
+    body = tree.body[0].body if indented else tree.body
+    fdef = body[0] if body else None
     if not isinstance(fdef, ast.FunctionDef) or fdef.name != fn.__name__:
         return None                            # a lambda, or a source Python located imprecisely
     fdef.decorator_list = []
@@ -415,7 +455,7 @@ def _rewritten(fn):
                               [fdef, ast.Return(ast.Name(fdef.name, ast.Load()))], [], None)
     module = ast.Module([factory], [])
     ast.fix_missing_locations(module)
-    ast.increment_lineno(module, code.co_firstlineno - 1)
+    ast.increment_lineno(module, first - 1 - indented)      # the source's first line is the user's `first`
     compiled = compile(module, code.co_filename, "exec")
     factory_code = next(c for c in compiled.co_consts if isinstance(c, types.CodeType))
     new_code = next(c for c in factory_code.co_consts if isinstance(c, types.CodeType) and c.co_name == fn.__name__)

@@ -5,6 +5,7 @@ no undecidable condition is silently False."""
 import dataclasses
 import functools
 import inspect
+import sys
 
 import pytest
 import torch
@@ -679,6 +680,214 @@ def test_the_tail_side_keeps_its_run_time_extent():
                 pypto.assemble(gv * 1.0, [i, 0], out)
     with pytest.raises(PyptoError, match="inner dimensions differ") as e:
         f(torch.ones(32, 32), torch.randn(40, 1), torch.zeros(40, 1))
-    # the user's file (the line an error inside a branch side names is off by one to three lines: a
-    # separate, earlier bug of the rewrite's line numbers, seen at HEAD 73f16a4 too)
-    assert "test_runtime_control.py:" in str(e.value)
+    # the user's file and line (was the `else` side's last line, 2 below: the rewrite's helper calls took
+    # the location of the whole `if`)
+    assert e.value.loc.file == __file__ and e.value.loc.line == line_of(f, "# tail matmul"), str(e.value)
+    assert f"test_runtime_control.py:{e.value.loc.line}:" in str(e.value)
+
+
+# ------------------------------------------------------------ the line an error inside a branch side names
+def _early_return_side(xv, i):
+    if i == 0:
+        y = pypto.matmul(xv, xv)                    # bad: then side of an early return
+        y = y * 2.0
+        return y
+    return xv
+
+
+def _early_return_rest(xv, i):
+    if i == 0:
+        return xv
+    y = pypto.matmul(xv, xv)                        # bad: the rest of the body (the else side)
+    y = y * 2.0
+    return y
+
+
+def _side_error_forms():
+    """Each form of a run-time branch with an error (a K mismatch: [1, 16] @ [1, 16]) on a side, on a line
+    that is not the branch's last one (an error named the `if`'s last line, or one between)."""
+    def then_side(x, out):
+        for i in pypto.loop(x.shape[0]):
+            xv = pypto.view(x, [1, 16], [i, 0])
+            if i == 0:
+                y = pypto.matmul(xv, xv)            # bad: then side
+                y = y + 1.0
+            else:
+                y = xv * 2.0
+                y = y + 1.0
+            out[i:i + 1, :] = y
+
+    def elif_side(x, out):
+        for i in pypto.loop(x.shape[0]):
+            xv = pypto.view(x, [1, 16], [i, 0])
+            if i == 0:
+                y = xv
+            elif i == 1:
+                y = pypto.matmul(xv, xv)            # bad: elif side
+                y = y + 1.0
+            else:
+                y = xv * 2.0
+            out[i:i + 1, :] = y
+
+    def nested_if(x, out):
+        for i in pypto.loop(x.shape[0]):
+            xv = pypto.view(x, [1, 16], [i, 0])
+            if i < 2:
+                y = xv * 3.0
+                if i == 0:
+                    y = pypto.matmul(xv, y)         # bad: inner then side
+                    y = y + 1.0
+                else:
+                    y = y - 1.0
+                y = y * 2.0
+            else:
+                y = xv
+            out[i:i + 1, :] = y
+
+    def conditional_expression(x, out):
+        for i in pypto.loop(x.shape[0]):
+            xv = pypto.view(x, [1, 16], [i, 0])
+            if i == 0:
+                y = (xv * 2.0
+                     if i == 0 else
+                     pypto.matmul(                  # bad: a side of `a if c else b`, its call over 2 lines
+                         xv, xv))
+                y = y + 1.0
+            else:
+                y = xv
+            out[i:i + 1, :] = y
+
+    def early_return_then(x, out):
+        for i in pypto.loop(x.shape[0]):
+            out[i:i + 1, :] = _early_return_side(pypto.view(x, [1, 16], [i, 0]), i)
+
+    def early_return_rest(x, out):
+        for i in pypto.loop(x.shape[0]):
+            out[i:i + 1, :] = _early_return_rest(pypto.view(x, [1, 16], [i, 0]), i)
+
+    return [(then_side, then_side, "# bad: then side"), (elif_side, elif_side, "# bad: elif side"),
+            (nested_if, nested_if, "# bad: inner then side"),
+            (conditional_expression, conditional_expression, "# bad: a side of"),
+            (early_return_then, _early_return_side, "# bad: then side of an early return"),
+            (early_return_rest, _early_return_rest, "# bad: the rest of the body")]
+
+
+@pytest.mark.parametrize("form", _side_error_forms(), ids=lambda f: f[0].__name__)
+def test_an_error_inside_a_branch_side_names_the_users_line(form):
+    fn, where, text = form
+    with pytest.raises(PyptoError, match="inner dimensions differ") as e:
+        pypto.jit(fn, backend="reference")(torch.randn(3, 16), torch.zeros(3, 16))
+    assert e.value.loc.file == __file__ and e.value.loc.line == line_of(where, text), str(e.value)
+
+
+_HELPER_MODULE = """\
+import pypto
+
+
+def helper(xv, i):
+    if i == 0:
+        y = pypto.matmul(xv, xv)                    # bad: helper
+        y = y + 1.0
+    else:
+        y = xv
+    return y
+
+
+class Scaler:
+    def apply(self, xv, i):
+        if i == 0:
+            y = xv * 2.0
+            y = y + 1.0
+        else:
+            y = pypto.matmul(xv, xv)                # bad: method
+            y = y + 1.0
+        return y
+
+    def plain(self, xv, i):
+        if i == 0:
+            y = xv
+        else:
+            y = xv * fail(i)                        # bad: plain
+            y = y + 1.0
+        return y
+
+
+def fail(i):
+    raise ValueError("a plain exception")
+"""
+
+
+@pytest.fixture
+def helper_module(tmp_path, monkeypatch):
+    path = tmp_path / "rv_lines_helpers.py"
+    path.write_text(_HELPER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import rv_lines_helpers
+    yield rv_lines_helpers, str(path)
+    sys.modules.pop("rv_lines_helpers", None)
+
+
+def _module_line(text):
+    return next(k for k, line in enumerate(_HELPER_MODULE.splitlines(), 1) if text in line)
+
+
+@pytest.mark.parametrize("which", ["helper", "method"])
+def test_an_error_in_a_helper_of_another_file_names_its_line(helper_module, which):
+    """A helper function (and a method: an indented source) of another file: the error names that file
+    and the line in it."""
+    mod, path = helper_module
+
+    def f(x, out):
+        for i in pypto.loop(x.shape[0]):
+            xv = pypto.view(x, [1, 16], [i, 0])
+            out[i:i + 1, :] = mod.helper(xv, i) if which == "helper" else mod.Scaler().apply(xv, i)
+    with pytest.raises(PyptoError, match="inner dimensions differ") as e:
+        pypto.jit(f, backend="reference")(torch.randn(3, 16), torch.zeros(3, 16))
+    assert e.value.loc.file == path and e.value.loc.line == _module_line(f"# bad: {which}"), str(e.value)
+
+
+def _boom(i):
+    raise ValueError("a plain exception")
+
+
+def test_a_python_traceback_inside_a_branch_shows_the_users_lines(helper_module):
+    """A plain exception raised inside a branch side: Python's traceback shows the user's lines (the
+    jit function's frame at its `if`, the side's at the raising line) and, on Python >= 3.11, underlines
+    the user's expression, an indented method's too (its source is parsed at its own columns)."""
+    import traceback
+    mod, path = helper_module
+
+    def f(x, out):
+        for i in pypto.loop(x.shape[0]):
+            xv = pypto.view(x, [1, 16], [i, 0])
+            if i == 0:
+                y = xv
+            elif i == 1:
+                y = xv * _boom(i)                   # raises
+                y = y + 1.0
+            else:
+                y = xv
+            out[i:i + 1, :] = y
+
+    def g(x, out):
+        for i in pypto.loop(x.shape[0]):
+            out[i:i + 1, :] = mod.Scaler().plain(pypto.view(x, [1, 16], [i, 0]), i)
+
+    raise_line = line_of(_boom, "raise ValueError")
+    for fn, file, line, want in (
+            (f, __file__, line_of(f, "# raises"),
+             [line_of(f, "if i == 0:"), line_of(f, "elif i == 1:"), line_of(f, "# raises"), raise_line]),
+            (g, path, _module_line("# bad: plain"),
+             [line_of(g, "mod.Scaler()"), _module_line("def plain") + 1, _module_line("# bad: plain"),
+              _module_line('raise ValueError("a plain')])):
+        with pytest.raises(ValueError, match="a plain exception") as e:
+            pypto.jit(fn, backend="reference")(torch.randn(3, 16), torch.zeros(3, 16))
+        tb = [t for t in traceback.extract_tb(e.value.__traceback__) if t.filename in (__file__, path)]
+        names = [t.name for t in tb]
+        tb = tb[names.index(fn.__name__):]                  # from the jit function's frame on
+        assert [t.lineno for t in tb] == want, tb
+        side = tb[-2]                                       # the branch side that raised
+        assert side.name.startswith("_pypto_") and side.filename == file, tb
+        if sys.version_info >= (3, 11):                     # the underlined text is the user's call
+            src = open(file).read().splitlines()[line - 1]
+            assert src[side.colno:side.end_colno] in ("_boom(i)", "fail(i)"), (src, side.colno, side.end_colno)
