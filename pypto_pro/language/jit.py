@@ -25,7 +25,7 @@ from pypto.machine import machine_spec
 from pypto.sanitize import user_name
 
 from .errors import LaunchError
-from .types import STATIC, ScalarAnnotation, TensorAnnotation
+from .types import STATIC, ScalarAnnotation, TensorAnnotation, const_key
 
 
 class ProKernel:
@@ -132,7 +132,7 @@ class ProKernel:
                 sig.append((pname, "scalar"))
             else:
                 consts[pname] = v
-                sig.append((pname, "const", _hashable(v)))
+                sig.append((pname, "const", const_key(v)))
         cache_key = (tuple(sig), tuple(sorted(key_values.items())) if key_values is not None else None,
                      self.machine.name)
         compiled = self.cache.get(cache_key)
@@ -178,13 +178,6 @@ class _Launch:
         k.last_report = report
         return report
 
-
-def _hashable(v):
-    try:
-        hash(v)
-        return v
-    except TypeError:
-        return repr(v)
 
 
 def jit(fn=None, **options):

@@ -26,7 +26,7 @@ from pypto.frontend.kernel_call import emit_kernel_node, same_dim, static_dim
 from pypto.frontend.tensor import Tensor
 from pypto.ir.kernel_node import KernelBuild, KernelNode
 
-from .types import STATIC, ScalarAnnotation, TensorAnnotation
+from .types import STATIC, ScalarAnnotation, TensorAnnotation, const_key
 
 
 def traced_launch(k, block_dim: int, key, args, kwargs):
@@ -56,7 +56,7 @@ def traced_launch(k, block_dim: int, key, args, kwargs):
             sig.append((pname, "scalar"))
         else:
             consts[pname] = v
-            sig.append((pname, "const", _hashable(v)))
+            sig.append((pname, "const", const_key(v)))
     cache_key = (tuple(sig), tuple(sorted(key_values.items())) if key_values is not None else None, k.machine.name)
     compiled = _compiled(k, cache_key, key_values, tensors, scalars, consts, k.machine)
     node = ProNode(k, compiled, cache_key, key_values, tensors, scalars, consts, block_dim, scalar_values, loc)
@@ -136,10 +136,3 @@ class ProNode(KernelNode):
         run_compiled(compiled, tensor_args, env, self.block_dim, "sim", machine=k.machine)
         return {p: tensor_args[p] for p in self.outputs}
 
-
-def _hashable(v):
-    try:
-        hash(v)
-        return v
-    except TypeError:
-        return repr(v)

@@ -115,3 +115,12 @@ class Scalar:
         if not dt.is_integer:
             raise TypeError("run-time scalars are integers; pass floats as compile-time constants")
         return ScalarAnnotation(dt)
+
+
+def const_key(v):
+    """A constant argument as part of a kernel's signature key: itself when hashable, else its repr."""
+    try:
+        hash(v)
+        return v
+    except TypeError:
+        return repr(v)
