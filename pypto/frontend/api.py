@@ -329,7 +329,8 @@ def view(x, shape, offsets, valid_shape=None) -> Tensor:
     the tile-shape hint."""
     x = as_tensor(x, "view")
     shape = tuple(sym.simplify(d) for d in shape)
-    valid = tuple(_size_form(d) for d in (valid_shape if valid_shape is not None else shape))
+    # inside a run-time branch side, a tail's extent is simplified under the side's condition, as a slice's box
+    valid = tuple(ctx.refine_size(_size_form(d)) for d in (valid_shape if valid_shape is not None else shape))
     offsets = tuple(sym.simplify(o) for o in offsets)
     return emit("view", [x], {"offsets": offsets, "shape": valid, "tile_shape": shape})
 

@@ -665,6 +665,33 @@ def test_the_first_iteration_sees_its_static_extent(backend):
     close(out, ref, torch.float32)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_view_made_inside_a_side_sees_its_static_extent(backend):
+    # pypto.view's valid shape inside the side where i is not the last index: min(L, T - i) is L there, as
+    # for a captured view or a slice's box (was the K-mismatch ShapeError); the tail side keeps its extent
+    L = 32
+
+    @pypto.jit(backend=backend)
+    def f(tril: pypto.Tensor[[L, L], pypto.float32], g: pypto.Tensor[[pypto.DYNAMIC, 1], pypto.float32],
+          out: pypto.Tensor[[pypto.DYNAMIC, 1], pypto.float32]):
+        t = g.shape[0]
+        for i in pypto.loop(0, t, L):
+            if pypto.is_loop_end(i):
+                gv = pypto.view(g, [L, 1], [i, 0], valid_shape=[(t - i).min(L), 1])
+                pypto.assemble(gv * 2.0, [i, 0], out)
+            else:
+                gv = pypto.view(g, [L, 1], [i, 0], valid_shape=[(t - i).min(L), 1])
+                pypto.assemble(pypto.matmul(tril, gv), [i, 0], out)
+    tril = torch.ones(L, L).tril()
+    for t in (70, 33):
+        g, out = torch.randn(t, 1), torch.zeros(t, 1)
+        f(tril, g, out)
+        last = (t - 1) // L * L
+        ref = torch.cat([g[k:k + L].cumsum(0) for k in range(0, t, L)])
+        ref[last:] = g[last:] * 2
+        close(out, ref, torch.float32)
+
+
 def test_the_tail_side_keeps_its_run_time_extent():
     # the side where i is the last index knows nothing that fixes min(32, T - i): a matmul on the tail
     # view there is still the K mismatch (the facts are not applied to the wrong side)
