@@ -639,8 +639,7 @@ def test_the_non_last_iteration_sees_full_chunks(backend, dtype):
         last = (t - 1) // L * L
         ref = torch.cat([g[k:k + L].double().cumsum(0) for k in range(0, t, L)])
         ref[last:] = g[last:].double() * 2
-        tol = 1e-5 if dtype == torch.float32 else 3e-2
-        torch.testing.assert_close(out.double(), ref, rtol=tol, atol=tol)
+        close(out, ref, dtype)      # fp16: the output's one rounding (the cube sums in fp32)
     assert f.trace_count == 1
 
 
