@@ -435,7 +435,8 @@ def lower_flash(p: TileProgram, machine):
     T = vx.tiles
     # A narrow P V handoff: P_j is computed as exp(s - m_new - shift) = P_j * 2^-log2(bk), so that a block's
     # P_j V_j (at most bk keys of P <= 1) stays within |v| <= the dtype's largest value; l_j sums the same
-    # shifted P, so O = acc / l is unchanged (the shift is a power of two: no rounding but fp16's subnormals)
+    # shifted P, so O = acc / l is unchanged up to rounding: the fp32 exponent s - (m_new + ln bk) rounds as
+    # s - m_new does, and the fp16 P is subnormal (absolute steps of 2^-24 * bk) below 2^-14 * bk of the row max
     shift = math.log(bk) if pvdt != f32 else 0.0
 
     def softmax(jj, u):
