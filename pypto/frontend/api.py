@@ -190,7 +190,8 @@ def cast(input, dtype) -> Tensor:
 def _shape_args(shape) -> tuple:
     if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
         shape = shape[0]
-    return tuple(sym.simplify(d) for d in shape)
+    # inside a run-time branch side: simplified under its condition, as the values the side captures are
+    return tuple(ctx.refine_size(sym.simplify(d)) for d in shape)
 
 
 def full(shape=None, fill_value=None, dtype=None, *, size=None, valid_shape=None) -> Tensor:
@@ -481,7 +482,7 @@ def _size_form(d):
 def _valid_shape(fn: str, shape, valid_shape) -> tuple:
     """CANN's valid shape of a ``shape`` box: one entry per dim, each at most the box's (when both are
     known); it is the shape pypto gives the result."""
-    shape, valid = _shape_args([shape]), tuple(_size_form(d) for d in _shape_args([valid_shape]))
+    shape, valid = _shape_args([shape]), tuple(ctx.refine_size(_size_form(d)) for d in _shape_args([valid_shape]))
     if len(valid) != len(shape):
         raise ShapeError(f"{fn}: valid_shape {list(valid)} needs one entry per dim of the shape {list(shape)}")
     for v, d in zip(valid, shape):

@@ -691,6 +691,38 @@ def test_a_view_made_inside_a_side_sees_its_static_extent(backend):
         close(out, ref, torch.float32)
 
 
+@pytest.mark.parametrize("make", ["full", "zeros", "reshape"])
+def test_a_tensor_made_on_a_side_with_the_tail_size_meets_the_refined_captures(make):
+    # on the side where i is not the last index a captured view's min(L, T - i) is L; a tensor the side makes
+    # with that size (full / zeros / reshape) is [L, 1] too, so the two broadcast (was: 'cannot broadcast
+    # [Min(32, g_d0 - i0), 1] and [32, 1]' since 0b5e92f); the tail side keeps the run-time extent
+    L = 32
+
+    @pypto.jit(backend="sim")
+    def f(g: pypto.Tensor[[pypto.DYNAMIC, 1], pypto.float32], out: pypto.Tensor[[pypto.DYNAMIC, 1], pypto.float32]):
+        t = g.shape[0]
+        for i in pypto.loop(0, t, L):
+            gv = pypto.view(g, [L, 1], [i, 0], valid_shape=[(t - i).min(L), 1])
+            if pypto.is_loop_end(i):
+                pypto.assemble(gv * 2.0, [i, 0], out)
+            else:
+                n = (t - i).min(L)
+                if make == "full":
+                    z = pypto.full([n, 1], 1.0, pypto.float32)
+                elif make == "zeros":
+                    z = pypto.zeros(n, 1) + 1.0
+                else:
+                    z = pypto.reshape(gv * 0.0 + 1.0, [n, 1])
+                pypto.assemble(z + gv, [i, 0], out)
+    for t in (70, 33):
+        g, out = torch.randn(t, 1), torch.zeros(t, 1)
+        f(g, out)
+        last = (t - 1) // L * L
+        ref = g + 1.0
+        ref[last:] = g[last:] * 2
+        close(out, ref, torch.float32)
+
+
 def test_the_tail_side_keeps_its_run_time_extent():
     # the side where i is the last index knows nothing that fixes min(32, T - i): a matmul on the tail
     # view there is still the K mismatch (the facts are not applied to the wrong side)
