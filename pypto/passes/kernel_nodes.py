@@ -40,8 +40,7 @@ def plan(body, n) -> None:
         info = g.info(src)
         acc = body.scope.workspace(f"{node.name}_{p}", info.shape, info.dtype)
         homes.append(acc)
-        if src in body.writer and all(u == n for u in g.users(src)) and src not in body.wants:
-            body.wants[src] = [acc]
+        body.store_straight_into(src, n, acc)
     body.kernel_homes[n] = homes
 
 

@@ -285,6 +285,12 @@ class _Body:
         self.homes[n] = acc
         return acc
 
+    def store_straight_into(self, src, n, acc) -> None:
+        """``n`` (a loop or a kernel node) reads ``src`` into the workspace ``acc``: when ``n`` is its only
+        reader and a program here writes it, that program stores it in ``acc`` straight away (no copy)."""
+        if src in self.writer and all(u == n for u in self.g.users(src)) and src not in self.wants:
+            self.wants[src] = [acc]
+
     def _plan_loop(self, n):
         g = self.g
         attrs = g.node(n)["attrs"]
@@ -302,8 +308,7 @@ class _Body:
                 info = g.info(init)
                 acc = self.scope.workspace(f"carry{n}_{j}", info.shape, info.dtype)
             bufs.append(acc)
-            if init in self.writer and all(u == n for u in g.users(init)) and init not in self.wants:
-                self.wants[init] = [acc]
+            self.store_straight_into(init, n, acc)
         self.carried[n] = bufs
 
     # ------------------------------------------------------------------ emission
