@@ -75,7 +75,7 @@ def test_a_failed_trace_restores_the_builtins():
     _python_minmax_checks(sympy.Symbol("b", integer=True))
 
 
-def test_two_threads_tracing_at_once_both_get_the_symbolic_min():
+def test_threads_tracing_in_turn_on_the_compile_lock_each_get_the_symbolic_min():
     # traces serialise on the compile lock; each thread's min of sizes is symbolic, and the builtins come back
     results, errors = [], []
 
