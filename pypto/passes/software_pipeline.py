@@ -25,7 +25,11 @@ copies of the body per step of the new loop), optionally with
   one per distinct valid shape;
 * ``rename = False``: no per-copy tiles (the front end owns the buffers: Professional mode's tiles at
   the user's addresses); no read-before-write checks (the user's tiles may carry state between
-  iterations and stages);
+  iterations and stages). A tile of the loop whose valid shape follows the loop variable gets a
+  declaration per copy's valid shape, as a slot does (``<tile>_s<k>``); an ``If`` with an else branch
+  whose condition a copy decides keeps only that branch, and a loop that runs no iteration for sure
+  (a short compile-time trip count) is left out — what the front end's own parser does with code it
+  unrolls itself;
 * ``names``: the U copy suffixes (default ``a``, ``b``, ...), ``peel_names``: the suffixes of the U - 1
   peeled iterations (default ``<copy>e``);
 * ``slot``: the name of a symbol that stands for the workspace slot of the iteration: replaced by the
@@ -144,8 +148,9 @@ def _decided(cond):
 class _Piece:
     """One copy of (a stage of) the body: its substitution, its tile names, its handoff marks."""
 
-    def __init__(self, mapping: dict, rename: dict, offset, steady: bool):
+    def __init__(self, mapping: dict, rename: dict, offset, steady: bool, fold: bool = False):
         self.mapping, self.rename, self.offset, self.steady = mapping, rename, offset, steady
+        self.fold = fold               # an if/else whose condition the copy decides keeps only that branch
         self.marks: dict = {}
         self.memo: dict = {}           # expression -> substituted (copies share most expressions)
 
@@ -215,6 +220,10 @@ class _Pipeliner:
                  if t.name in here and not (t.name in inside and self.total[t.name] > inside[t.name])]
         local += [t for t in here if t not in set(local) and not (t in inside and self.total[t] > inside[t])]
         local = [t for t in local if t not in fixed] if rename else []
+        # the front end's own tiles (rename=False) whose valid shape follows the loop variable: a
+        # declaration per copy's valid shape, as for a slot
+        own_tails = [] if rename else [t.name for t in self.block.tiles if t.name in here and t.name not in fixed
+                                       and t.valid is not None and loop.var in _free(t.valid)]
         local_set = set(local)
         stages = self._stages(loop, local_set, S, rename) if D else None
         crossing = self._crossing(loop, stages, local_set) if D else set()
@@ -233,9 +242,11 @@ class _Pipeliner:
                 ren[t] = self._name(t, sfx)
             for buf, tiles in slots.items():
                 ren[buf] = tiles[i % len(tiles)]
-            pc = _Piece(m, ren, it - var, steady)
+            pc = _Piece(m, ren, it - var, steady, fold=not rename)
             for buf, tiles in slots.items():
                 ren[buf] = self._slot_version(buf, tiles[i % len(tiles)], var, pc)
+            for t in own_tails:
+                ren[t] = self._slot_version(t, t, var, pc)
             return pc
 
         def body(pc: _Piece, stage=None) -> list:
@@ -268,7 +279,7 @@ class _Pipeliner:
             epi = []
             for i in range(U - 1):
                 epi += when(sympy.Lt(je + i * step, stop), body(piece(i, je + i * step, peel[i])))
-            result = [new] + epi
+            result = self._loop_if_runs(new, not rename) + epi
         else:
             pro = []                           # time steps 0 .. D-1: stage s of iteration t - D_s
             for t in range(D):
@@ -310,9 +321,10 @@ class _Pipeliner:
                         c = off % U
                         pc = piece(c, je + off * step, names[c] + ("e" if u < U else "f"), names[c])
                         epi += when(sympy.Lt(je + off * step, stop), body(pc, s))
-                result = pro + [new] + epi
+                result = pro + self._loop_if_runs(new, not rename) + epi
         self._order_end(local_set)
         self.placeholders |= {b for b in slots if b not in {t for v in slots.values() for t in v}}
+        self.placeholders |= set(own_tails)      # their loop-variable declarations, once no copy uses them
         if "stage" in loop.attrs:          # a loop inside a skewed loop: its copies keep the loop's stage
             for ins in walk_instrs(result):
                 ins.attrs["stage"] = loop.attrs["stage"]
@@ -320,6 +332,14 @@ class _Pipeliner:
                 if isinstance(s, For):
                     s.attrs["stage"] = loop.attrs["stage"]
         return result
+
+    @staticmethod
+    def _loop_if_runs(loop: For, drop_empty: bool) -> list:
+        """[loop], or [] when it runs no iteration for sure and ``drop_empty`` (the front end's own code,
+        rename=False: what its parser would not emit)."""
+        if drop_empty and sympy.sympify(loop.stop - loop.start).is_nonpositive:
+            return []
+        return [loop]
 
     # ------------------------------------------------------------------ stages and checks
     def _stage_of(self, s, loop, n_stages: int):
@@ -500,7 +520,12 @@ class _Pipeliner:
                             sympy.sympify(pc.offset).is_positive:
                         out += self.copy(s.else_body, pc, var, start)
                         continue
-                    out.append(If(self.sx(s.cond, pc), self.copy(s.then_body, pc, var, start),
+                    cond = self.sx(s.cond, pc)
+                    d = _decided(cond) if pc.fold else None
+                    if d is not None:
+                        out += self.copy(s.then_body if d else s.else_body, pc, var, start)
+                        continue
+                    out.append(If(cond, self.copy(s.then_body, pc, var, start),
                                   self.copy(s.else_body, pc, var, start), s.loc))
                     continue
                 cond = self.sx(s.cond, pc)
@@ -552,6 +577,10 @@ def _slot_symbol(loop: For, slot):
                         if f.name == slot:
                             return f
     return None
+
+
+def _free(exprs) -> set:
+    return set().union(*[getattr(v, "free_symbols", set()) for v in exprs])
 
 
 def _written(ins: Instr):

@@ -1,5 +1,7 @@
-"""The build directory of a compiled variant: the pipeline transform (``NN_pipeline/pipeline_generated.py``,
-a module that runs as a kernel by itself), the Block IR, the C++ (``NN_cpp/``: kernels/*.cpp and the
+"""The build directory of a compiled variant: the pipelined loops (``NN_pipeline/marked_loops.txt``: each
+``pl.stage`` loop as Block IR marked for the software-pipelining pass; ``NN_pipeline/pipeline_generated.py``
+for a loop whose stages advance a GM workspace group, still a source rewrite: a module that runs as a
+kernel by itself), the Block IR, the C++ (``NN_cpp/``: kernels/*.cpp and the
 launchers, as the cpu backend builds them) and the build notes (signature, synchronisation, event ids),
 named and headed as every pypto dump (pypto/ir/dump.py, ``PRO_STAGES``).
 
@@ -54,6 +56,8 @@ def write_build_dir(kernel, compiled, cache_key) -> Path | None:
             digest = hashlib.sha1(repr(cache_key).encode()).hexdigest()[:12]
             dump = Dump(cache_root() / path_component(kernel.name) / digest, PRO_STAGES, kernel.name, LEVEL,
                         _loc(kernel), _signature(cache_key))
+        if compiled.marked_loops:
+            dump.write_file("pipeline", "marked_loops.txt", "\n\n".join(compiled.marked_loops) + "\n")
         if compiled.pipeline_source:
             dump.write_file("pipeline", "pipeline_generated.py", compiled.pipeline_source)
         dump.write("kernel", text=str(compiled.kernel))

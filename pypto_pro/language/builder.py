@@ -65,6 +65,13 @@ class SectionBuilder:
         self._decl_names[key] = name
         return name
 
+    def forget(self, name: str) -> None:
+        """Drop the declaration ``name`` (a pipelined loop's slot placeholder, once the pass replaced it)."""
+        self.tiles.pop(name, None)
+        self.slot_of.pop(name, None)
+        self._decl_names = {k: v for k, v in self._decl_names.items() if v != name}
+        self._buffer_of = {k: v for k, v in self._buffer_of.items() if v != name}
+
     def _fresh(self, base: str) -> str:
         i = 1
         while f"{base}{i}" in self.tiles:

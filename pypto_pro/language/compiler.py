@@ -24,6 +24,7 @@ class CompiledKernel:
     size_symbols: dict             # symbol name -> (param, dim)
     manual_sync: bool
     pipeline_source: str | None = None
+    marked_loops: list = field(default_factory=list)   # Block IR of each pipelined loop, marked for the pass
     events: dict = field(default_factory=dict)   # pipe pair -> event ids used
     parser: object = None
 
@@ -70,7 +71,8 @@ def compile_kernel(fn, name: str, tensors: dict, scalars: dict, consts: dict, *,
                 sizes.setdefault(s.name, (p, d))
     kernel = Kernel(name, blocks, loc=parser.source.span(parser.source.tree).loc)
     return CompiledKernel(kernel, list(tensors), list(scalars.values()), outputs, list(parser.workspaces), sizes,
-                          parser.manual_sync, parser.pipeline_generated(base_name or name), events, parser)
+                          parser.manual_sync, parser.pipeline_generated(base_name or name), list(parser.marked_loops),
+                          events, parser)
 
 
 def workspace_rows_symbol(ws) -> sympy.Symbol:

@@ -79,7 +79,7 @@ def runtime_loop(parser, node, frame) -> None:
         frame.loops.pop()
         parser.loop_ranges.pop(var, None)
     check_workspace_references(scope, parser.ws_acquired[acquired_before:])
-    attrs = {"unroll": period} if period > 1 else {}
+    attrs = {"pipeline": period} if period > 1 else {}      # the body holds the copies (no pass mark)
     loop = For(var, start, stop, norm(step * period), body, attrs, loc=span.loc)
     parser.remember(loop)
     parser.loop_src[id(loop)] = id(node)
@@ -118,7 +118,7 @@ def _period(parser, node, frame, name, var, step) -> tuple:
     sec = parser.section
     snap = (parser.state(), sec.snapshot(), dict(frame.env), len(parser.slots), len(parser.groups),
             len(parser.workspaces), parser.ws_uses, set(parser.var_names), dict(getattr(parser, "_ws_use_of", {})),
-            dict(parser.pipeline_loops))
+            dict(parser.pipeline_loops), len(parser.marked_loops))
     before = {k: c.pos for k, c in parser.cursors.items()}
     acquired_before = len(parser.ws_acquired)
     written_before = set(parser.written_slots)
@@ -157,6 +157,7 @@ def _period(parser, node, frame, name, var, step) -> tuple:
     parser.var_names = snap[7]
     parser._ws_use_of = snap[8]
     parser.pipeline_loops = snap[9]
+    del parser.marked_loops[snap[10]:]
     if period > MAX_UNROLL:
         raise ParseError(f"the tile groups advanced in this loop repeat only every {period} iterations; unrolling "
                          f"by more than {MAX_UNROLL} is refused", frame.span(node),

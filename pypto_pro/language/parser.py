@@ -261,6 +261,8 @@ class Parser:
         self.copy_of: dict = {}           # id(stmt) -> ("copy", u): the unrolled loop-body copy it belongs to
         self.name_hint: str | None = None  # the name being assigned (names tiles in the IR)
         self.pipeline_loops: dict = {}    # (file, line, col) of a pipelined loop -> its transform
+        self.marked_loops: list = []      # Block IR text of each pipelined loop as marked for the shared pass
+        self.stage_slots = None           # pipeline_marks.StageSlots while a pipelined loop's body is parsed
         self.source = function_source(fn)
         self.has_cube = has_cube if has_cube is not None else _mentions(self.source.tree, "section_cube")
 

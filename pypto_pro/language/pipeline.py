@@ -35,6 +35,7 @@ import math
 from dataclasses import dataclass
 
 from .errors import ParseError
+from .pipeline_marks import lower_marked, lowers_by_marks
 from .values import TileGroup
 
 _GROUP_METHODS = ("next", "current", "previous")
@@ -104,13 +105,20 @@ def _names(stmts, ctx):
 class _Rewrite(ast.NodeTransformer):
     """Group cursor calls of one stage instance -> take(k) / peek(k) relative to the loop's cursor."""
 
-    def __init__(self, calls: dict, base: dict, frame):
+    def __init__(self, calls: dict, base: dict, frame, stage_slots: bool = False):
         self.calls = calls          # id(call node) -> (group, method)
         self.base = base            # group uid -> cursor offset before this stage instance
         self.frame = frame          # the loop's parser frame (source spans for errors)
+        self.stage_slots = stage_slots   # offsets from the iteration's first slot (pipeline_marks)
         self.count = {}
 
     def visit_Call(self, node):
+        new = self._visit_Call(node)
+        if self.stage_slots and new is not node:
+            new._pl_stage_slot = True
+        return new
+
+    def _visit_Call(self, node):
         self.generic_visit(node)
         hit = self.calls.get(node._pl_id) if hasattr(node, "_pl_id") else None
         if hit is None:
@@ -191,6 +199,14 @@ def pipelined_loop(parser, node, frame, bounds, var) -> bool:
     period = 1
     for u, g in groups.items():
         period = math.lcm(period, g.depth // math.gcd(total[u] % g.depth, g.depth))
+
+    if lowers_by_marks(groups, bounds[2]):
+        def rewrite(s: int) -> list:
+            base = {u: sum(per_stage[t].get(u, 0) for t in range(s)) for u in groups}
+            rewritten = _Rewrite(calls, base, frame, stage_slots=True)
+            return [rewritten.visit(_copy_with_ids(stmt)) for stmt in stages[s]]
+        lower_marked(parser, node, frame, bounds, var, preamble, stages, rewrite, groups, total, period, n_pre)
+        return True
 
     def stage_instance(s: int, i_res, j_value) -> list:
         base = {u: i_res * total[u] + sum(per_stage[t].get(u, 0) for t in range(s)) for u in groups}
