@@ -497,3 +497,4 @@ from .api_reduce import *  # noqa: E402,F401,F403
 from .api_matmul import *  # noqa: E402,F401,F403
 from .api_shape import *  # noqa: E402,F401,F403
 from .api_norm import *  # noqa: E402,F401,F403
+from .api_sort import *  # noqa: E402,F401,F403

@@ -225,6 +225,7 @@ METHODS = {
     # reductions and scans
     "sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin", "prod": "prod", "var": "var",
     "argmax": "argmax", "argmin": "argmin", "max": "max", "min": "min", "cumsum": "cumsum",
+    "topk": "topk",
     # matmul and normalisations
     "matmul": "matmul", "mm": "mm", "bmm": "bmm", "softmax": "softmax", "log_softmax": "log_softmax",
     # shapes

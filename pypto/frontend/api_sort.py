@@ -1,0 +1,31 @@
+"""Traced selection and ordering, torch-named: ``pypto.topk``.
+
+Indices are int64, as torch. Among equal values the lower index comes first (what torch.sort's
+``stable=True`` guarantees; torch.topk's own tie order is unspecified)."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .api import as_tensor, emit
+from .api_reduce import normalize_dim
+from .api_shape import gather
+from .tensor import Tensor
+
+__all__ = ["topk", "TopKResult"]
+
+
+class TopKResult(NamedTuple):
+    """``(values, indices)`` as torch.return_types.topk."""
+    values: Tensor
+    indices: Tensor
+
+
+def topk(input, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> TopKResult:
+    """The ``k`` largest (``largest=False``: smallest) elements along ``dim`` and their int64 indices, best
+    first; ties lowest index first. The result is always sorted (``sorted=False`` is allowed: torch then
+    leaves the order unspecified). ``k`` is a static int and the dim's size static; other dims may be
+    dynamic. The values are gathered at the indices, so both share one selection."""
+    x = as_tensor(input, "topk")
+    d = normalize_dim(x, dim, "topk")
+    indices = emit("topk", [x], {"k": k, "dim": d, "largest": bool(largest)})
+    return TopKResult(gather(x, d, indices) if x.ndim else x, indices)

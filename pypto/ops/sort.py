@@ -1,0 +1,101 @@
+"""Selection and ordering ops: topk (its indices; the values are a gather of them, see
+frontend/api_sort.py).
+
+Ties: among equal values the lower index comes first (torch.sort's ``stable=True`` order; torch.topk
+leaves it unspecified). The result is always in sorted order, so ``sorted=False`` gives the same.
+NaN inputs are not supported (their place in the result is undefined).
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import dtypes
+from ..errors import ShapeError, SymbolicError, TypeMismatchError
+from ..ir.tensor_graph import ValueInfo
+from .reduce import check_dims
+from .registry import OpDef, register
+from .shape_rules import fmt_shape
+
+
+def _static_dim(x: ValueInfo, d: int, op: str) -> int:
+    n = x.shape[d]
+    if not isinstance(n, int):
+        raise SymbolicError(f"{op}: dim {d} of {fmt_shape(x.shape)} has the dynamic size {n}; {op} needs the "
+                            "size of the dim it orders at trace time",
+                            hint="order along a static dim (the experts of a router); other dims may be dynamic")
+    return n
+
+
+def _check_orderable(x: ValueInfo, op: str) -> None:
+    if x.dtype == dtypes.bool_:
+        raise TypeMismatchError(f"{op}: expected a numeric tensor, found bool", hint="cast it to int32 or float32")
+
+
+def _topk_infer(ins, attrs):
+    x = ins[0]
+    _check_orderable(x, "topk")
+    d = check_dims(x, (attrs["dim"],), "topk")[0]
+    k = attrs["k"]
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise TypeMismatchError(f"topk: k must be a static int, found {type(k).__name__} {k!r}")
+    n = _static_dim(x, d, "topk") if x.rank else 1
+    if not 1 <= k <= n:
+        raise ShapeError(f"topk: k = {k} is out of range for dim {d} of size {n} (tensor {fmt_shape(x.shape)}); "
+                         f"expected 1 <= k <= {n}")
+    shape = list(x.shape)
+    if shape:
+        shape[d] = k
+    return ValueInfo(tuple(shape), dtypes.int64)
+
+
+def _topk_ref(ins, attrs):
+    x, d, k = ins[0], attrs["dim"], attrs["k"]
+    order = torch.sort(x, dim=d, descending=attrs.get("largest", True), stable=True).indices
+    return order.narrow(d, 0, k) if order.dim() else order
+
+
+def _fill_for(dt: dtypes.DataType, largest: bool):
+    """A value that no element beats when looking for the largest (smallest) element."""
+    if dt.is_floating:
+        return -float("inf") if largest else float("inf")
+    info = torch.iinfo(dt.torch_dtype)
+    return info.min if largest else info.max
+
+
+def _topk_decompose(P, ins, attrs):
+    """k rounds of: the best value m of the elements not yet taken, the first untaken position holding m
+    (argmax of the candidates: lowest index first), that position taken. k * n work per row, against
+    n * n for ranking every element by how many beat it: the router's k (2..10) is far below its n
+    (8..512 experts). Exact: only compares and selects, no arithmetic on the values."""
+    x, d, k, largest = ins[0], attrs["dim"], attrs["k"], attrs.get("largest", True)
+    if x.ndim == 0:
+        return P.full((), 0, dtypes.int64)
+    n, r = x.shape[d], x.ndim
+    pos = P.reshape(P.arange(0, n, 1, dtype=dtypes.int64), (1,) * d + (n,) + (1,) * (r - d - 1))
+    best = P.amax if largest else P.amin
+    fill = _fill_for(x.dtype, largest)
+    taken, picks = None, []
+    for _ in range(k):
+        rest = x if taken is None else P.masked_fill(x, taken, fill)
+        cand = P.eq(x, best(rest, d, keepdim=True))
+        if taken is not None:
+            cand = P.logical_and(cand, P.logical_not(taken))
+        i = P.argmax(P.cast(cand, dtypes.float32), d, keepdim=True)
+        picks.append(i)
+        if len(picks) < k:
+            hit = P.eq(pos, i)
+            taken = hit if taken is None else P.logical_or(taken, hit)
+    return picks[0] if k == 1 else P.concat(picks, d)
+
+
+register(OpDef("topk", "sort", _topk_infer, _topk_ref, num_inputs=1, decompose=_topk_decompose,
+               flops_fn=lambda ins, attrs, out: 6 * attrs["k"] * _numel(ins[0].shape),
+               doc="attrs: k (static int), dim (non-negative), largest. The int64 indices of the k largest "
+                   "(smallest) elements along dim, best first, ties lowest index first"))
+
+
+def _numel(shape):
+    n = 1
+    for s in shape:
+        n = n * s
+    return n
