@@ -1,0 +1,238 @@
+"""Qwen3-Next's MLPs as ``pypto.nn`` modules: the SwiGLU ``Qwen3NextMLP`` (the dense MLP and the shared
+expert) and the sparse mixture-of-experts ``Qwen3NextSparseMoeBlock``.
+
+The block runs as two pypto programs (``moe(hidden_states)`` outside a trace):
+
+    dispatch  router logits, fp32 softmax, top-k (renormalised when norm_topk_prob), per-expert token
+              counts and offsets, each (token, slot)'s row in expert order, the tokens permuted into it
+    experts   the grouped SwiGLU matmul: for each expert e, counts[e] and offsets[e] are read at run time
+              (data scalars) as the trip count and row offset of its row chunks (0 tokens: no chunk runs);
+              then the unpermute, the weighted sum over the k slots and the gated shared expert
+
+Two programs because the grouped matmul's trip counts are data the dispatch computes, and a data scalar
+is read from an argument no task of its program writes (frontend/scalars.py). Inside an enclosing trace
+(the block inlined into a model's forward) it takes the dense form instead: every expert on every token,
+weighted by the top-k weight scattered into [N, E] (zero where not routed) — the same result, E / k times
+the routed FLOPs; the run's report notes it.
+
+State dict keys and layouts are transformers 5's (``gate.weight``, ``experts.gate_up_proj`` [E, 2I, H],
+``experts.down_proj`` [E, H, I], ``shared_expert.*``, ``shared_expert_gate.weight``), so
+``load_state_dict`` takes one layer's ``mlp.`` entries as they are and ``hf_state_dict`` gives them back.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+import pypto
+import pypto.nn as nn
+import pypto.nn.functional as F
+
+from pypto.frontend.context import is_tracing, note
+
+from .config import Qwen3NextConfig
+
+ROWS_PER_CHUNK = 128        # rows of one expert's matmuls per loop iteration (the cube's M tile)
+
+
+class Qwen3NextMLP(nn.Module):
+    """down_proj(SiLU(gate_proj(x)) * up_proj(x)); ``intermediate_size`` defaults to the config's."""
+
+    def __init__(self, config, intermediate_size: Optional[int] = None, dtype=torch.float32):
+        super().__init__()
+        c = self.config = Qwen3NextConfig.from_any(config)
+        inter = c.intermediate_size if intermediate_size is None else intermediate_size
+        self.gate_proj = nn.Linear(c.hidden_size, inter, bias=False, dtype=dtype)
+        self.up_proj = nn.Linear(c.hidden_size, inter, bias=False, dtype=dtype)
+        self.down_proj = nn.Linear(inter, c.hidden_size, bias=False, dtype=dtype)
+
+    def default_dynamic_dims(self, arg: str, rank: int) -> tuple:
+        return tuple(range(rank - 1))
+
+    def forward(self, x):
+        return swiglu(x, self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight)
+
+    def hf_state_dict(self) -> dict:
+        return dict(self.state_dict())
+
+
+class Qwen3NextExperts(nn.Module):
+    """The routed experts' weights as transformers stores them: gate_up_proj [E, 2I, H] (each expert's
+    gate rows, then its up rows) and down_proj [E, H, I]."""
+
+    def __init__(self, config, dtype=torch.float32):
+        super().__init__()
+        c = Qwen3NextConfig.from_any(config)
+        E, H, I = c.num_experts, c.hidden_size, c.moe_intermediate_size
+        self.gate_up_proj = nn.Parameter(torch.zeros(E, 2 * I, H, dtype=dtype))
+        self.down_proj = nn.Parameter(torch.zeros(E, H, I, dtype=dtype))
+
+
+class Qwen3NextSparseMoeBlock(nn.Module):
+    """``moe(hidden_states [B, T, hidden]) -> [B, T, hidden]``; ``moe(x, return_router_logits=True)`` also
+    gives the router logits [B * T, num_experts] as transformers' router does."""
+
+    def __init__(self, config, dtype=torch.float32, rows_per_chunk: int = ROWS_PER_CHUNK):
+        super().__init__()
+        c = self.config = Qwen3NextConfig.from_any(config)
+        self.rows_per_chunk = rows_per_chunk
+        self.gate = nn.Linear(c.hidden_size, c.num_experts, bias=False, dtype=dtype)
+        self.experts = Qwen3NextExperts(c, dtype=dtype)
+        self.shared_expert = Qwen3NextMLP(c, c.shared_expert_intermediate_size, dtype=dtype)
+        self.shared_expert_gate = nn.Linear(c.hidden_size, 1, bias=False, dtype=dtype)
+        self._programs: dict = {}
+
+    def hf_state_dict(self) -> dict:
+        return dict(self.state_dict())
+
+    def default_dynamic_dims(self, arg: str, rank: int) -> tuple:
+        return (1,) if arg == "hidden_states" else ()           # the sequence length T
+
+    # ------------------------------------------------------------------ calling
+    def __call__(self, hidden_states, return_router_logits: bool = False):
+        if is_tracing():
+            return super().__call__(hidden_states, return_router_logits)
+        if not isinstance(hidden_states, torch.Tensor) or hidden_states.dim() != 3:
+            raise pypto.ShapeError(f"{type(self).__name__}: hidden_states must be a [B, T, hidden] torch tensor, "
+                                   f"found {getattr(hidden_states, 'shape', type(hidden_states).__name__)}")
+        c = self.config
+        B, T, H = hidden_states.shape
+        if H != c.hidden_size:
+            raise pypto.ShapeError(f"{type(self).__name__}: hidden_states' last dim is {H}, the config's "
+                                   f"hidden_size is {c.hidden_size}")
+        dispatch, experts = self._compiled(hidden_states.dtype)
+        x = hidden_states.reshape(B * T, H)
+        logits, weights, counts, offsets, rows, x_perm = dispatch(x, self.gate.weight.data)
+        out = experts(x, x_perm, counts, offsets, rows, weights, self.experts.gate_up_proj.data,
+                      self.experts.down_proj.data, self.shared_expert.gate_proj.weight.data,
+                      self.shared_expert.up_proj.weight.data, self.shared_expert.down_proj.weight.data,
+                      self.shared_expert_gate.weight.data)
+        self.last_reports = (dispatch.last_report, experts.last_report)
+        out = out.reshape(B, T, H)
+        return (out, logits) if return_router_logits else out
+
+    def forward(self, hidden_states, return_router_logits: bool = False):
+        """The dense form, for a block traced inside another program (see the module docstring)."""
+        c = self.config
+        note(f"{type(self).__name__}: dense experts inside an enclosing trace ({c.num_experts} experts on every "
+             f"token; the grouped matmul needs its counts from a separate dispatch program)")
+        shape = hidden_states.shape
+        x = pypto.reshape(hidden_states, [shape[0] * shape[1], shape[2]])
+        logits, weights, ids = route(x, self.gate.weight, c.num_experts_per_tok, c.norm_topk_prob)
+        dense = pypto.sum(_one_hot(ids, c.num_experts) * pypto.unsqueeze(weights, -1), 1)    # [N, E]
+        I = c.moe_intermediate_size
+        out = shared_expert(x, self.shared_expert.gate_proj.weight, self.shared_expert.up_proj.weight,
+                            self.shared_expert.down_proj.weight, self.shared_expert_gate.weight)
+        for e in range(c.num_experts):
+            w = self.experts.gate_up_proj[e]
+            y = swiglu(x, w[:I], w[I:], self.experts.down_proj[e])
+            out = out + y * dense[:, e:e + 1]
+        out = pypto.reshape(out, shape)
+        return (out, logits) if return_router_logits else out
+
+    # ------------------------------------------------------------------ the two programs
+    def _compiled(self, tdt: torch.dtype):
+        opts = self._compile_options
+        key = (tdt, opts.get("backend"), opts.get("machine"), opts.get("timing_only"))
+        if key not in self._programs:
+            self._programs[key] = build_programs(self.config, pypto.dtypes.from_torch(tdt), self.rows_per_chunk,
+                                                 backend=opts.get("backend"), machine=opts.get("machine"),
+                                                 dump=opts.get("dump"), timing_only=bool(opts.get("timing_only")))
+        return self._programs[key]
+
+    def compile(self, *, backend=None, machine=None, dump=None, timing_only: bool = False, **kwargs):
+        out = super().compile(backend=backend, machine=machine, dump=dump, **kwargs)
+        self._compile_options["timing_only"] = timing_only
+        self._programs.clear()
+        return out
+
+
+# ---------------------------------------------------------------------- traced pieces
+def _one_hot(ids, num_classes: int):
+    """F.one_hot where pypto has it (being added, issue 17); until then the same compare with arange."""
+    if hasattr(F, "one_hot"):
+        return F.one_hot(ids, num_classes)
+    return pypto.cast(pypto.unsqueeze(ids, -1) == pypto.arange(num_classes, dtype=ids.dtype), pypto.int32)
+
+
+def swiglu(x, w_gate, w_up, w_down):
+    return F.linear(F.silu(F.linear(x, w_gate)) * F.linear(x, w_up), w_down)
+
+
+def shared_expert(x, w_gate, w_up, w_down, w_shared_gate):
+    return pypto.sigmoid(F.linear(x, w_shared_gate)) * swiglu(x, w_gate, w_up, w_down)
+
+
+def route(x, router_weight, top_k: int, norm_topk_prob: bool):
+    """(logits [N, E] in x's dtype, top-k weights [N, k] in x's dtype, expert ids [N, k] int64)."""
+    logits = F.linear(x, router_weight)
+    probs = F.softmax(pypto.cast(logits, pypto.float32), -1)
+    top = pypto.topk(probs, top_k, -1)
+    weights = top.values
+    if norm_topk_prob:
+        weights = weights / pypto.sum(weights, -1, keepdim=True)
+    return logits, pypto.cast(weights, x.dtype), top.indices
+
+
+def dispatch_plan(ids, num_experts: int):
+    """From the expert ids [N, k]: counts [E] and offsets [E] (int32), each (token, slot)'s row in expert
+    order ``rows`` [N * k] (int32; tokens keep their order inside an expert) and the token of each row
+    ``token_of_row`` [N * k]. Counting is exact in fp32 up to 2^24 assignments."""
+    N, k = ids.shape[0], ids.shape[1]
+    hot = pypto.cast(_one_hot(pypto.reshape(ids, [N * k]), num_experts), pypto.float32)      # [Nk, E]
+    counts = pypto.sum(hot, 0)                                                                  # [E]
+    offsets = pypto.cumsum(counts, 0) - counts
+    # earlier assignments to the same expert: a strictly lower-triangular ones matrix times the one-hots
+    # (cumsum cannot scan the dynamic dim N * k; 0/1 products summed in fp32 are exact)
+    before = pypto.matmul(pypto.tril(pypto.ones(N * k, N * k, dtype=pypto.float32), -1), hot)
+    rows = pypto.sum(hot * (before + pypto.unsqueeze(offsets, 0)), -1)                         # [Nk]
+    rows = pypto.cast(rows, pypto.int32)
+    token = pypto.reshape(pypto.expand(pypto.unsqueeze(pypto.arange(N, dtype=pypto.int32), 1), [N, k]), [N * k])
+    token_of_row = pypto.scatter(pypto.zeros(N * k, dtype=pypto.int32), 0, rows, token)
+    return pypto.cast(counts, pypto.int32), pypto.cast(offsets, pypto.int32), rows, token_of_row
+
+
+def grouped_swiglu(x_perm, counts, offsets, gate_up, down, out, rows_per_chunk: int):
+    """out[offsets[e] : offsets[e] + counts[e]] = SwiGLU_e(x_perm's rows there) for every expert e, the
+    counts and offsets read at run time; chunks of ``rows_per_chunk`` rows, the last one a tail."""
+    E, I, H = down.shape[0], down.shape[2], down.shape[1]
+    M = rows_per_chunk
+    for e in pypto.loop(E):
+        n = counts[e].item()
+        start = offsets[e].item()
+        w_gate = pypto.reshape(pypto.view(gate_up, [1, I, H], [e, 0, 0]), [I, H])
+        w_up = pypto.reshape(pypto.view(gate_up, [1, I, H], [e, I, 0]), [I, H])
+        w_down = pypto.reshape(pypto.view(down, [1, H, I], [e, 0, 0]), [H, I])
+        for i in pypto.loop(pypto.ceildiv(n, M)):
+            xv = pypto.view(x_perm, [M, H], [start + i * M, 0], valid_shape=[pypto.min(M, n - i * M), H])
+            pypto.assemble(swiglu(xv, w_gate, w_up, w_down), [start + i * M, 0], out)
+
+
+def build_programs(config: Qwen3NextConfig, dt, rows_per_chunk: int = ROWS_PER_CHUNK, **jit_options):
+    """(dispatch, experts): the block's two pypto.jit programs for activations of dtype ``dt``."""
+    c = config
+    H, E, k = c.hidden_size, c.num_experts, c.num_experts_per_tok
+    DYN = pypto.DYNAMIC
+
+    @pypto.jit(name="moe_dispatch", **jit_options)
+    def dispatch(x: pypto.Tensor[[DYN, H], dt], router_weight: pypto.Tensor[[E, H], dt]):
+        logits, weights, ids = route(x, router_weight, k, c.norm_topk_prob)
+        counts, offsets, rows, token_of_row = dispatch_plan(ids, E)
+        x_perm = pypto.index_select(x, 0, token_of_row)
+        return logits, weights, counts, offsets, rows, x_perm
+
+    @pypto.jit(name="moe_experts", **jit_options)
+    def experts(x: pypto.Tensor[[DYN, H], dt], x_perm: pypto.Tensor[[DYN, H], dt],
+                counts: pypto.Tensor[[E], pypto.int32], offsets: pypto.Tensor[[E], pypto.int32],
+                rows: pypto.Tensor[[DYN], pypto.int32], weights: pypto.Tensor[[DYN, k], dt],
+                gate_up, down, shared_gate, shared_up, shared_down, shared_expert_gate):
+        N = x.shape[0]
+        y_perm = pypto.zeros(N * k, H, dtype=dt)
+        grouped_swiglu(x_perm, counts, offsets, gate_up, down, y_perm, rows_per_chunk)
+        y = pypto.reshape(pypto.index_select(y_perm, 0, rows), [N, k, H])
+        routed = pypto.sum(pypto.cast(y, pypto.float32) * pypto.unsqueeze(pypto.cast(weights, pypto.float32), -1), 1)
+        shared = shared_expert(x, shared_gate, shared_up, shared_down, shared_expert_gate)
+        return pypto.cast(routed + pypto.cast(shared, pypto.float32), dt)
+
+    return dispatch, experts
