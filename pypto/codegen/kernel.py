@@ -29,6 +29,10 @@ from .names import Namer
 INDENT = "    "
 MAX_EVENTS = 8
 
+# instructions moving a tile to / from a GM box -> is it a load (TPUSH / TPOP: the on-chip handoff, whose
+# box names the FIFO slot's backing store)
+_GM_MOVES = {"TLOAD": True, "TSTORE": False, "TPOP": True, "TPUSH": False}
+
 
 def _pipe(p) -> str:
     return f"PIPE_{p.value if hasattr(p, 'value') else p}"
@@ -124,7 +128,7 @@ class BlockEmitter:
     def emit_stmt(self, s, depth: int, bound: set[str]):
         pad = INDENT * depth
         if isinstance(s, Instr):
-            if s.op in ("TLOAD", "TSTORE"):
+            if s.op in _GM_MOVES:
                 self.emit_gm_check(s, pad)
             self.refresh_valid(s, pad, bound)
             self.emit_instr(s, pad)
@@ -201,10 +205,8 @@ class BlockEmitter:
     def emit_instr(self, ins: Instr, pad: str):
         if ins.op not in ISA:
             raise CompileError(f"unknown instruction {ins.op}", loc=ins.loc)
-        if ins.op == "TLOAD":
-            return self.emit_move_gm(ins, pad, load=True)
-        if ins.op == "TSTORE":
-            return self.emit_move_gm(ins, pad, load=False)
+        if ins.op in _GM_MOVES:
+            return self.emit_move_gm(ins, pad, load=_GM_MOVES[ins.op])
         spec = ISA[ins.op]
         sp = spec.cpp
         tile_ops = [o for o in ins.operands if isinstance(o, str)]
@@ -369,7 +371,7 @@ class BlockEmitter:
 
     def emit_gm_check(self, ins: Instr, pad: str):
         """The whole GM bounds rule over the tile's valid shape, before SetValid* (checked builds only)."""
-        region, tile, trans = self._gm_operands(ins, ins.op == "TLOAD")
+        region, tile, trans = self._gm_operands(ins, _GM_MOVES[ins.op])
         self.tile_name(tile, ins)                   # an undeclared tile raises here
         rows, cols = self.tiles[tile].valid_shape
         offsets = ", ".join(self.int_expr(o) for o in region.offsets)
@@ -389,7 +391,8 @@ class BlockEmitter:
         tname = self.tile_name(tile, ins)
         self.lines.append(f"{pad}{view} {box} = pypto::{helper}<{view}>({gname}, {dims}, {{{offsets}}}, "
                           f"{tname}, {cpp_string(self.gm_sites[id(ins)])});")
-        call = f"TLOAD({tname}, {box});" if load else f"TSTORE({box}, {tname});"
+        callee = ISA[ins.op].cpp.callee
+        call = f"{callee}({tname}, {box});" if load else f"{callee}({box}, {tname});"
         self.lines.append(f"{pad}{call}{_loc_comment(ins.loc)}")
 
     # ------------------------------------------------------------------ valid shapes

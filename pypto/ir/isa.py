@@ -27,9 +27,9 @@ InstrSpec fields (all but the first four have defaults):
                "t,g"    dst tile, GM region (load)            "g,t"  GM region, src tile (store)
                "t,t,t,t" dst, mask, a, b (select)
   kind       timing class: elementwise | transcendental | reduce | scan | expand | cast | move |
-             load | store | matmul | fill | compare | select
-  semantics  f(dst, srcs, attrs) of isa_semantics (None only for TLOAD / TSTORE: the simulator moves
-             the GM box itself)
+             load | store | push | pop (on-chip handoff) | matmul | fill | compare | select
+  semantics  f(dst, srcs, attrs) of isa_semantics (None only for TLOAD / TSTORE / TPUSH / TPOP: the
+             simulator moves the GM box itself)
   region     region kind (isa_semantics.REGIONS), default "same"
   pipe       Pipe.V (default), Pipe.M, or None: from the data path of its operands (``pipe_of``)
   cpp        Spelling(callee, pattern) where pto-isa differs from "the name, operands in Block IR
@@ -272,6 +272,12 @@ _add(InstrSpec("TTRANS", "t,t", "move", sem.transpose, region="trans", pipe=None
      InstrSpec("TMOV", "t,t", "move", sem.copy, pipe=None),
      InstrSpec("TLOAD", "t,g", "load", None, region="load", pipe=None),
      InstrSpec("TSTORE", "g,t", "store", None, region="store", pipe=None))
+# on-chip cube <-> vector exchange (a5, machine [cross_core] on_chip): the producer pushes a tile into a FIFO
+# slot in the consumer's buffer (L0C -> UB on FIX, UB -> L1 on MTE3), the consumer pops it (its tile is the
+# slot: no transfer). pto-isa's TPUSH / TPOP carry their flags in a TPipe object; in Block IR the flags are
+# passes/cross_core.py's statements and the GM region names the slot (its backing store on sim and cpu).
+_add(InstrSpec("TPUSH", "g,t", "push", None, region="store", pipe=None, ext=True),
+     InstrSpec("TPOP", "t,g", "pop", None, region="load", pipe=None, ext=True))
 # cube
 _add(InstrSpec("TMATMUL", "t,t,t", "matmul", sem.matmul, region="matmul", pipe=Pipe.M),
      InstrSpec("TMATMUL_ACC", "t,t,t", "matmul", sem.matmul_acc, region="matmul", pipe=Pipe.M,

@@ -30,7 +30,7 @@ class MachineSpec:
     vector: dict
     memory: dict
     dispatch: dict
-    cross_core: dict          # cube <-> vector flags of a cluster: flags, max_pending_sets
+    cross_core: dict          # cube <-> vector flags of a cluster: flags, max_pending_sets (+ the on-chip path)
     launch: dict = field(default_factory=dict)   # a whole launch: start_cycles, drain_cycles
     raw: dict = field(repr=False, default_factory=dict)
 
@@ -64,6 +64,12 @@ class MachineSpec:
     def cross_core_max_pending(self) -> int:
         """Sets one cross-core flag's counter holds before a wait must take one."""
         return self.cross_core["max_pending_sets"]
+
+    @property
+    def on_chip_handoff(self) -> bool:
+        """Cube and vector cores of a cluster exchange tiles on chip (TPUSH / TPOP into the consumer's
+        buffer, [cross_core] on_chip; a5), not through a GM workspace (a2a3)."""
+        return bool(self.cross_core.get("on_chip", False))
 
     def cycles_to_us(self, cycles: float) -> float:
         return cycles / (self.clock_ghz * 1e3)

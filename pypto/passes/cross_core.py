@@ -30,6 +30,8 @@ Guarantees:
   written (or read) by both, an access outside its use's home, too many flags, a group too deep.
 
 Flag pairs are numbered in the order the buffers first appear, block by block in the given order.
+The protocol is the same on chip (a5: the buffer is a FIFO in the reader's UB / L1, its accesses TPUSH /
+TPOP, passes/on_chip_handoff.py): the flags then count FIFO slots instead of GM slots.
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ import sympy
 
 from ..errors import SourceLoc, SyncError
 from ..ir.block import SUBBLOCK_IDX, CoreType, CrossCoreSetFlag, CrossCoreWaitFlag, For, If, Instr
+from .on_chip_handoff import plan_on_chip
 
 HANDOFF = "_handoff"     # the Instr attribute holding a HandoffAccess
 
@@ -197,15 +200,18 @@ def _bracket(accs: list, wait_flag: int, set_flag: int) -> None:
     home.insert(positions[0], CrossCoreWaitFlag(first.pipe, wait_flag, loc=first.loc))
 
 
-def insert_handoff_flags(blocks: list, machine) -> None:
+def insert_handoff_flags(blocks: list, machine) -> dict:
     """Add the cross-core flags of every marked handoff access of ``blocks`` (one kernel for ``machine``,
-    a MachineSpec), in place."""
+    a MachineSpec), in place; on a machine with the on-chip path the buffers that take it become TPUSH /
+    TPOP (passes/on_chip_handoff.py). -> {buffer name: its on-chip FIFO} (empty: every handoff via GM)."""
     accesses = {b.name: _accesses(b) for b in blocks}
     cores = {b.core for b in blocks}
     if CoreType.AIC not in cores or CoreType.AIV not in cores:
-        return
+        return {}
     roles = _roles(blocks, accesses)
-    flags = assign_flags([buf for buf, r in roles.items() if len(r) == 2], machine)
+    shared = [buf for buf, r in roles.items() if len(r) == 2]
+    flags = assign_flags(shared, machine)
+    on_chip = plan_on_chip(blocks, accesses, roles, shared, machine)
     for b in blocks:
         uses: dict = {}
         first_pipe: dict = {}
@@ -229,3 +235,4 @@ def insert_handoff_flags(blocks: list, machine) -> None:
                 epilogue += [CrossCoreWaitFlag(first_pipe[buf], f) for f in tokens]
         b.body[:0] = prologue
         b.body.extend(epilogue)
+    return {buf.name: fifo for buf, fifo in on_chip.items()}

@@ -52,7 +52,9 @@ def _sync(bg: BlockGraph, spec) -> BlockGraph:
         for b in k.blocks:
             synchronize(b, spec)
             insert_barriers(b)
-        insert_handoff_flags(k.blocks, spec)      # cluster kernels (passes/flash.py); no-op for one core type
+        on_chip = insert_handoff_flags(k.blocks, spec)    # cluster kernels (passes/flash.py); no-op for one core type
+        if on_chip:                                         # a5: the handoffs that went on chip (the report's decisions)
+            k.attrs.setdefault("decisions", {})["handoff"] = on_chip
     return bg
 
 

@@ -87,6 +87,7 @@ def test_cpu_matches_the_simulator(case):
 def test_every_instruction_is_covered():
     covered = {c.op for _, cases in KERNELS.values() for c in cases}
     moves = {"TLOAD", "TSTORE", "TMOV"}            # in every kernel; TMOV feeds the cube's L0A / L0B
+    moves |= {"TPUSH", "TPOP"}                     # a5's on-chip handoff: tests/passes/test_on_chip_handoff.py
     assert covered | moves == set(ISA)
 
 
@@ -98,7 +99,7 @@ def test_entry_is_complete(name):
     assert s.cpp.callee and s.cpp.pattern and s.cpp.pattern[0] == "d"
     assert set(s.cpp.pattern) <= {"d", "a", "b", "c", "s", "tmp", "cmp", "round", "axis"}
     assert (s.ext and s.cpp.callee.startswith("pypto::")) or (not s.ext and "::" not in s.cpp.callee)
-    assert s.pipe in (Pipe.V, Pipe.M) or (s.pipe is None and s.kind in ("move", "load", "store"))
+    assert s.pipe in (Pipe.V, Pipe.M) or (s.pipe is None and s.kind in ("move", "load", "store", "push", "pop"))
     assert s.region in REGIONS and s.dtypes in DTYPE_CLASSES and s.result in RESULTS
     assert set(s.domain) <= set(DOMAINS) and len(s.domain) <= s.n_tiles
     assert all(0 <= k < s.n_tiles for k in s.row_major)

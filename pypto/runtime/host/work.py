@@ -61,6 +61,8 @@ def _terms(s: Instr, block: Block) -> tuple:
     if s.pipe == Pipe.M:
         (m, n), (_, k) = valid[0], valid[1]
         terms.append((2, 2 * m * n * k))
+    elif spec.kind in ("push", "pop"):           # on-chip handoff (a5): no GM traffic
+        pass
     elif spec.region in ("load", "store"):
         gm = next(o for o in s.operands if isinstance(o, GMRegion))
         rows, cols = valid[0]

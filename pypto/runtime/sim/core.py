@@ -286,7 +286,7 @@ class CoreRun:
             self.loaded += elems                    # a load's exact bytes (0 for a store), for its kernel
         else:
             end = start + occ
-            done = end
+            done = end + cop.latency
         free[p] = end
         if done > self.done[p]:
             self.done[p] = done
@@ -300,7 +300,7 @@ class CoreRun:
             st.vec_ops += elems
         if self.check:
             self.race_check(cop)
-            if nbytes:
+            if nbytes or cop.on_chip:
                 self.gm_check(cop, vals)
         if self.functional:
             execute(self.views, self.gm, cop, vals, self.state.gm_arrays)

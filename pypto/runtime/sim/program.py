@@ -49,7 +49,7 @@ class COp:
                  "tiles", "reads", "writes", "region", "attrs", "sem", "gm_param", "gm_rank", "gm_itemsize",
                  "n_tiles", "scalar_at", "trans", "gm_region", "measure", "static", "dynamic_valid",
                  "key", "other", "event", "flag", "kind_name", "fits", "gm_fits", "mcache", "nvalid",
-                 "read_atoms", "write_atoms", "is_store")
+                 "read_atoms", "write_atoms", "is_store", "latency", "on_chip")
 
     def __init__(self, kind, stmt, block, text=None):
         self.kind, self.stmt, self.block, self._text = kind, stmt, block, text
@@ -59,6 +59,8 @@ class COp:
         self.static = None
         self.mcache = {}
         self.is_store = False
+        self.latency = 0                # cycles after the pipe is done until others see the result (TPUSH)
+        self.on_chip = False            # TPUSH / TPOP: a handoff slot moved on chip (its GM box still checked)
         self.dynamic_valid = False
         self.gm_param = None
         self.trans = False
@@ -201,9 +203,10 @@ class CompiledBlock:
         cop.trans = bool(cop.attrs.get("trans", False)) and s.op == "TLOAD"
         # which pipe the data path implies
         spaces = [t.space for t in tiles]
-        if spec_i.kind == "store":
+        cop.on_chip = spec_i.kind in ("push", "pop")
+        if spec_i.kind in ("store", "push"):
             expected = pipe_of(s.op, MemSpace.GM, spaces[0])
-        elif spec_i.kind == "load":
+        elif spec_i.kind in ("load", "pop"):
             expected = pipe_of(s.op, spaces[0], MemSpace.GM)
         else:
             try:

@@ -8,6 +8,9 @@ An instruction's cost is ``issue + work / throughput``:
         for a tile whose valid columns are its columns: one 1-D instruction over rows x cols);
   M     cube: 16x16x16 fractals, ``cube FLOP/cycle`` by input dtype (fp16/bf16 8192, fp32 a quarter);
   MTE1  L1 -> L0A/L0B at ``mte1_bytes_per_cycle``;  FIX  L0C -> UB/L1 at ``fix_bytes_per_cycle``;
+  TPUSH / TPOP (on-chip handoff, a5): a push moves its tile into the consumer's FIFO at the machine's
+        ``[cross_core]`` c2v (L0C -> UB) or v2c (UB -> L1) rate, seen ``onchip_latency_cycles`` later; a pop
+        is the consumer taking the slot as its tile (no transfer: its issue only). No GM / L2 traffic.
   MTE2 / MTE3 / FIX to GM: GM transfers. Each row of the GM box rounds up to the burst size; the
         transfer runs at the core's port rate and shares HBM (or L2) bandwidth with every other core
         (gm.py); its completion is seen by other pipes ``gm_latency_cycles`` later for a read,
@@ -74,6 +77,8 @@ class CostModel:
         isz = [t.itemsize for t in cop.tiles]
         if pipe == Pipe.M:
             return self._cube(cop)
+        if cop.kind_name in ("push", "pop"):
+            return self._on_chip(cop, isz)
         if region in ("load", "store"):
             return self._gm(cop, isz)
         if pipe in (Pipe.MTE1, Pipe.FIX, Pipe.MTE3):
@@ -127,6 +132,19 @@ class CostModel:
                 rows, cols = cols, rows
             nbytes = rows * _ceil(cols * gm_isz, burst) * burst
             return (issue, nbytes, port, 0, 0.0, rows * cols * gm_isz if load else 0)
+        return measure
+
+    def _on_chip(self, cop, isz):
+        issue = self.p["dma_issue_cycles"]
+        if cop.kind_name == "pop":
+            return lambda vals: (self.p["scalar_issue_cycles"], 0, 0, 0, 0.0, 0)
+        xc = self.spec.cross_core
+        rate = xc["c2v_bytes_per_cycle"] if cop.pipe_enum == Pipe.FIX else xc["v2c_bytes_per_cycle"]
+        cop.latency = xc.get("onchip_latency_cycles", 0)
+        gm_isz = cop.gm_itemsize                # the slot holds the consumer's element type
+
+        def measure(vals):
+            return (issue + vals[0] * vals[1] * gm_isz / rate, 0, 0, 0, 0.0, 0)
         return measure
 
     def _local_move(self, cop, isz):

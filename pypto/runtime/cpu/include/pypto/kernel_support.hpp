@@ -410,6 +410,22 @@ inline void TTRIU(TD& dst, int64_t diagonal)
     detail::fill(dst, [diagonal](size_t r, size_t c) { return int64_t(c) >= int64_t(r) + diagonal ? 1 : 0; });
 }
 
+// ---------------------------------------------------------------- on-chip handoff (a5)
+// TPUSH / TPOP move a handoff tile into / out of a FIFO slot in the consumer's buffer. Here the slot is
+// the GM box the Block IR names (the FIFO's backing store on a CPU, as in pto-isa's CPU simulation of
+// its TPipe); the cross-core flags around them are separate statements (passes/cross_core.py).
+template <class GT, class TS>
+inline void TPUSH(GT& slot, TS& src)
+{
+    TSTORE(slot, src);
+}
+
+template <class TD, class GT>
+inline void TPOP(TD& dst, GT& slot)
+{
+    TLOAD(dst, slot);
+}
+
 // ---------------------------------------------------------------- cross-core flags
 // A cube core and its vector sub-blocks signal each other through numbered flags. A set by the
 // cube reaches every sub-block; the cube's wait passes once every sub-block has set the flag.
