@@ -49,7 +49,7 @@ TILE_STAGES = {
     "cpp": ("PTO-ISA C++ (kernel and launchers)", "cpp"),
 }
 PRO_STAGES = {
-    "pipeline": ("pipeline transform (the kernel as generated Python)", "pipeline"),
+    "pipeline": ("pipelined loops (Block IR marked for the software-pipelining pass)", "pipeline"),
     "kernel": ("Block IR", "block_ir"),
     "cpp": ("PTO-ISA C++ (kernel and launchers)", "cpp"),
     "build": ("build notes (signature, synchronisation, event ids)", "build"),
