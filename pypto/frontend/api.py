@@ -231,8 +231,10 @@ def _index_value(i, fn="getitem"):
                             hint="tensor (gather) indexing is pypto.index_select / pypto.gather")
 
 
-def _parse_index(x: Tensor, idx):
-    """-> (offsets, sizes, dims to squeeze, positions to unsqueeze) of a basic index expression."""
+def _parse_index(x: Tensor, idx, requested: list | None = None):
+    """-> (offsets, sizes, dims to squeeze, positions to unsqueeze) of a basic index expression.
+    ``requested``, when given, receives each dim's extent as written (``stop - start``, before the
+    clamp to the tensor)."""
     if not isinstance(idx, tuple):
         idx = (idx,)
     n_real = builtins.sum(1 for i in idx if i is not None and i is not Ellipsis)
@@ -267,6 +269,8 @@ def _parse_index(x: Tensor, idx):
             length = ctx.refine_size(sym.min_given_ranges(sym.simplify(stop - start), sym.simplify(size - start),
                                                           ctx.loop_ranges))
             sizes.append(builtins.max(length, 0) if isinstance(length, int) else length)
+            if requested is not None:
+                requested.append(sym.simplify(stop - start))
             out_pos += 1
         else:
             v = _index_value(i)
@@ -277,10 +281,14 @@ def _parse_index(x: Tensor, idx):
             offsets.append(v)
             sizes.append(1)
             squeeze.append(d)
+            if requested is not None:
+                requested.append(1)
         d += 1
     for _ in range(d, x.ndim):
         offsets.append(0)
         sizes.append(x.shape[d])
+        if requested is not None:
+            requested.append(x.shape[d])
         d += 1
     return offsets, sizes, squeeze, unsqueeze
 
@@ -415,7 +423,10 @@ def _rebind(t: Tensor, new: Tensor) -> None:
 
 def setitem(x, idx, value) -> None:
     x = as_tensor(x, "setitem")
-    offsets, sizes, squeeze, unsqueeze = _parse_index(x, idx)
+    requested = []
+    offsets, sizes, squeeze, unsqueeze = _parse_index(x, idx, requested)
+    if not _is_scalar(value):
+        sizes = _unclamped(sizes, requested, squeeze, value)
     if _is_scalar(value):
         value = full(tuple(sizes), value, x.dtype)
     value = as_tensor(value, "setitem", "value")
@@ -435,6 +446,28 @@ def setitem(x, idx, value) -> None:
             else:
                 value = _broadcast_to(value, tuple(sizes))
     _write(x, tuple(offsets), value)
+
+
+def _unclamped(sizes, requested, squeeze, value) -> list:
+    """The box of ``x[a:b] = value`` when its clamp to ``x`` is a run-time value (``min(b - a, n - a)``
+    with ``n - a`` a data scalar's expression): ``b - a`` wherever the value has exactly that extent.
+    torch writes it when ``b <= n`` and raises a shape mismatch otherwise; here the write's box is the
+    one written, so the run's GM bounds check (sim, cpu) refuses it when ``b > n``. A box the trace
+    can size stays as it is."""
+    vshape = tuple(getattr(value, "shape", ()))
+    dims = [d for d in range(len(sizes)) if d not in squeeze]
+    if len(vshape) != len(dims):
+        dims = list(range(len(sizes)))
+        if len(vshape) != len(dims):
+            return sizes
+    out = list(sizes)
+    for d, v in zip(dims, vshape):
+        s, r = sizes[d], requested[d]
+        # a value of 1 broadcasts into the clamped box, as torch's does (into 0 rows past the end)
+        if isinstance(s, sympy.Min) and r in s.args and sym.equal(v, r) is True and sym.equal(s, r) is not True \
+                and not (isinstance(v, int) and v == 1):
+            out[d] = r
+    return out
 
 
 def _broadcast_to(v: Tensor, shape: tuple) -> Tensor:
@@ -498,3 +531,4 @@ from .api_matmul import *  # noqa: E402,F401,F403
 from .api_shape import *  # noqa: E402,F401,F403
 from .api_norm import *  # noqa: E402,F401,F403
 from .api_sort import *  # noqa: E402,F401,F403
+from .api_counting import *  # noqa: E402,F401,F403

@@ -15,6 +15,8 @@ rewrites that re-trace ops with the hints of the op they replace).
 """
 from __future__ import annotations
 
+import sympy
+
 from ..errors import TilingError
 from ..frontend.hints import hinted_values
 
@@ -30,7 +32,9 @@ def check_hints(g, spec) -> None:
             continue
         infos = [g.info(i) for i in node["inputs"]]
         if attrs.get("vec_tile") is not None:
-            values = hinted_values(infos, g.info(nid))
+            # an assemble moves the value it writes: its tile is that box's, not the destination's
+            values = hinted_values(infos[1:2] if node["op"] == "assemble" else infos,
+                                   None if node["op"] == "assemble" else g.info(nid))
             if not attrs.get("hint_inherited"):      # the user's request (an inserted op: see below)
                 _fit_vec(attrs, values, spec)
             try:
@@ -86,13 +90,36 @@ def check_vec(dims: tuple, values: list, spec, loc) -> None:
                           f"machine {spec.name}", loc=loc,
                           hint=f"use a last dim that is a multiple of {spec.alignment // narrowest}")
     elems = 1
-    for d in dims:
+    for d in _clipped(dims, values):
         elems *= d
     need = 2 * elems * widest        # double-buffered
     if need > spec.capacity["UB"]:
         raise TilingError(f"vector tile shape {list(dims)} needs {need} bytes of UB double-buffered "
                           f"({elems} elements of {widest} bytes), over the {spec.capacity['UB']}-byte UB of "
                           f"machine {spec.name}", loc=loc)
+
+
+def _clipped(dims: tuple, values: list) -> tuple:
+    """The tile a hint gives the values: each dim (aligned from the last) no larger than the largest
+    extent the values have there (``set_vec_tile_shapes(128, 16, 128)`` on a [128, 1, 128] value is a
+    [128, 1, 128] tile); a dim some value has symbolic stays the hint's."""
+    out = list(dims)
+    for k in range(1, len(dims) + 1):
+        extents = [_most(v.shape[-k]) for v in values if len(v.shape) >= k]
+        if extents and all(e is not None for e in extents):
+            out[-k] = min(out[-k], max(max(extents), 1))
+    return tuple(out)
+
+
+def _most(extent):
+    """The largest value of an extent: itself, the constant bound of a tail's ``min(L, n - i)``, or
+    None when unbounded."""
+    if isinstance(extent, int):
+        return extent
+    if isinstance(extent, sympy.Min):
+        bounds = [int(a) for a in extent.args if a.is_Integer]
+        return min(bounds) if bounds else None
+    return int(extent) if getattr(extent, "is_Integer", False) else None
 
 
 def check_cube(cube: dict, infos: list, spec, loc) -> None:

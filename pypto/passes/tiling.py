@@ -634,6 +634,15 @@ def _derive_access(g, n, storage, scope):
         return st.permute_access(acc, perm)
     if op == "reshape":
         from .iterspace import is_unit_reshape
+        box = a.get("tile_shape")
+        if box is not None and len(box) == len(out_shape) and tuple(box) != tuple(out_shape) \
+                and all(isinstance(d, int) for d in box) and not all(isinstance(d, int) for d in out_shape):
+            # CANN's reshape(x, box, valid_shape=v) with a run-time v (a data scalar's tail): the box
+            # reinterprets x, v is its region at the origin (a buffer of v's shape could not be
+            # allocated before the control program reads the scalar)
+            boxed = _derive_box_reshape(acc, in_shape, tuple(box), g.info(n).dtype, scope)
+            if boxed is not None:
+                return st.view_access(boxed, (0,) * len(box), out_shape)
         if is_unit_reshape(in_shape, out_shape):
             return st.unit_reshape_access(acc, in_shape, out_shape)
         start = st.contiguous_start(acc)
@@ -646,6 +655,20 @@ def _derive_access(g, n, storage, scope):
                              view_offset=total)
         return st.full_access(b)
     raise CompileError(f"access op '{op}' is not lowered yet", loc=node["loc"])
+
+
+def _derive_box_reshape(acc, in_shape, box, dtype, scope):
+    """The access of ``acc`` reshaped to the static ``box`` (None when it is not one contiguous run)."""
+    from .iterspace import is_unit_reshape
+    if is_unit_reshape(in_shape, box):
+        return st.unit_reshape_access(acc, in_shape, box)
+    start = st.contiguous_start(acc)
+    if start is None or any(v is None and not (isinstance(d, int) and d == 1) for v, d in zip(acc.vdims, in_shape)):
+        return None
+    root, off = scope.root(acc.buffer)
+    total = start if (isinstance(off, int) and off == 0) else sym.simplify(sympy.sympify(off) + start)
+    return st.full_access(scope.add_buffer(f"{root.name}_r", box, dtype, "view", view_of=root.name,
+                                           view_offset=total))
 
 
 __all__ = ["build_tile_graph", "TileLoop"]
