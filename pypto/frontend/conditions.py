@@ -30,8 +30,9 @@ function's own body:
     libraries' functions run as they are).
 A function whose source Python cannot show (made by ``exec``, a lambda), a decorator's wrapper
 (``functools.wraps``: inspect would show the wrapped function's source) or one that uses ``super()`` runs as
-written, with sympy's truth-value error still turned into a pypto error at the user's line; there a
-bare ``i == 0`` on a loop index stays Python's structural comparison.
+written; there Python's own tests of a run-time value (``i == 0``, ``n in (1, 2)``, ``if n:``, sympy's
+relations) are decided over the loops' ranges or are a pypto error at the user's line (frontend/truth.py),
+as are ``bool()`` / ``any()`` / ``sorted()`` of one anywhere.
 Line numbers, columns and file stay the user's (errors and tracebacks name them: each node the rewrite
 makes is located at the user's node it stands for, ``_at``); closures and globals stay the function's own.
 """

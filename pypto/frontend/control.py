@@ -512,6 +512,12 @@ def _number(v) -> bool:
 
 
 def _compare1(op, a, b):
+    if op in ("==", "!=") and isinstance(a, (tuple, list)) and type(a) is type(b) and \
+            any(_symbolic(v) for v in (*a, *b)):
+        # a shape against a shape: element by element (Python's would compare sympy structurally)
+        eq = len(a) == len(b) and bool_and(*[(lambda x=x, y=y: _compare1("==", x, y)) for x, y in zip(a, b)]) \
+            if a or b else True
+        return eq if op == "==" else bool_not(eq)
     if (_symbolic(a) or _symbolic(b)) and _number(a) and _number(b):
         r = _CMP[op](a, b)
         d = _decide(r) if isinstance(r, Boolean) else None

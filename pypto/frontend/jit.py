@@ -19,7 +19,7 @@ from ..errors import (PyptoError, ShapeError, DTypeError, SymbolicError, TypeMis
 from ..ir.dump import open_tensor_dump
 from ..ir.tensor_graph import OutputSpec, TensorGraph, ValueInfo
 from ..sanitize import user_name
-from . import cann, context as ctx
+from . import cann, context as ctx, truth
 from .api import fresh
 from .conditions import traceable
 from .signature import evaluated_signature
@@ -123,7 +123,7 @@ class JitFunction:
                 nid = g.add_input(ValueInfo(tuple(shape), dtypes.to_dtype(dt), pname))
                 call_args[pname] = Tensor._wrap(g, nid)
             inputs_by_param = {p: call_args[p] for p, dt, _ in key if dt != "const"}
-            with cann.size_builtins():
+            with cann.size_builtins(), truth.guarded():     # truth.py: Python's tests of run-time values
                 fn = traceable(self.fn)          # run-time conditions in its body (frontend/conditions.py)
                 result = fn(**call_args) if not _has_varargs(self.signature) else \
                     fn(*_positional(self.signature, call_args))
