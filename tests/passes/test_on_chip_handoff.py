@@ -4,7 +4,8 @@ IR text in and out: on a5 a handoff whose writer pushes L0C -> UB (or UB -> L1) 
 same flags as the GM handoff; a2a3 keeps TSTORE / TLOAD; a FIFO that does not fit the reader's buffer above
 its memory plan keeps the GM path; a transposing load keeps it too. Then the instructions run: the simulator
 against torch (functional) with the on-chip path charged (no GM bytes for the handoff, fewer cycles than the
-GM path), and Tensor-level flash attention on a5 against torch's SDPA (fp16 / bf16 / fp32, a query tail)."""
+GM path), the cpu backend running TPUSH / TPOP, and Tensor-level flash attention on a5 against torch's SDPA
+(fp16 / bf16 / fp32, query tails; sim, and cpu behind slow)."""
 import dataclasses
 
 import pytest
@@ -132,32 +133,35 @@ def _handoff_kernel(k_text, machine):
     return k
 
 
+PUSH_MATMUL = """
+kernel k
+
+block k_aic  core=AIC  args(a: gm f16[16, 16], b: gm f16[16, 16], ws: gm f32[16, 16])
+  tile al1 : l1 f16[16, 16] @0x0
+  tile bl1 : l1 f16[16, 16] @0x200
+  tile a0 : l0a f16[16, 16] @0x0
+  tile b0 : l0b f16[16, 16] @0x0
+  tile c : l0c f32[16, 16] @0x0
+  TLOAD al1, a[0, 0]
+  TLOAD bl1, b[0, 0]
+  TMOV a0, al1
+  TMOV b0, bl1
+  TMATMUL c, a0, b0
+  TSTORE ws[0, 0], c {_handoff=(ws, 1, 0)}
+
+block k_aiv  core=AIV  args(ws: gm f32[16, 16], y: gm f32[16, 16])
+  tile x : ub f32[16, 16] @0x0
+  if Eq(subblock_idx, 0):
+    TLOAD x, ws[0, 0] {_handoff=(ws, 1, 0)}
+    TSTORE y[0, 0], x
+"""
+
+
 def test_sim_moves_the_pushed_tile_on_chip():
     """cube: c = a @ b (L0C) pushed to the vector core, which stores it: the result is torch's; on a5 the
     handoff costs no GM bytes and fewer cycles than through GM."""
     from pypto.runtime import sim
-    text = """
-    kernel k
-
-    block k_aic  core=AIC  args(a: gm f16[16, 16], b: gm f16[16, 16], ws: gm f32[16, 16])
-      tile al1 : l1 f16[16, 16] @0x0
-      tile bl1 : l1 f16[16, 16] @0x200
-      tile a0 : l0a f16[16, 16] @0x0
-      tile b0 : l0b f16[16, 16] @0x0
-      tile c : l0c f32[16, 16] @0x0
-      TLOAD al1, a[0, 0]
-      TLOAD bl1, b[0, 0]
-      TMOV a0, al1
-      TMOV b0, bl1
-      TMATMUL c, a0, b0
-      TSTORE ws[0, 0], c {_handoff=(ws, 1, 0)}
-
-    block k_aiv  core=AIV  args(ws: gm f32[16, 16], y: gm f32[16, 16])
-      tile x : ub f32[16, 16] @0x0
-      if Eq(subblock_idx, 0):
-        TLOAD x, ws[0, 0] {_handoff=(ws, 1, 0)}
-        TSTORE y[0, 0], x
-    """
+    text = PUSH_MATMUL
     a, b = torch.randn(16, 16).half(), torch.randn(16, 16).half()
     want = a.float() @ b.float()
     got = {}
@@ -197,3 +201,28 @@ def test_flash_attention_on_a5_goes_on_chip_and_matches_torch(dtype, L, causal):
     want = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
     tol = {torch.float16: 2e-2, torch.bfloat16: 5e-2, torch.float32: 2e-3}[dtype]
     torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
+
+
+def test_cpu_runs_tpush_and_tpop():
+    from pypto.runtime import cpu
+    k = _handoff_kernel(PUSH_MATMUL, A5)
+    assert {s.op for b in k.blocks for s in walk(b.body) if isinstance(s, Instr)} >= {"TPUSH", "TPOP"}
+    a, b = torch.randn(16, 16).half(), torch.randn(16, 16).half()
+    args = {"a": a, "b": b, "ws": torch.zeros(16, 16), "y": torch.zeros(16, 16)}
+    out, _ = cpu.run_kernel(k, args, machine=A5)
+    torch.testing.assert_close(out["y"], a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.slow
+def test_flash_attention_on_a5_runs_on_cpu():
+    import pypto.nn.functional as F
+
+    def attn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v)
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 200, 64, dtype=torch.float16) for _ in range(3))
+    got = pypto.jit(attn, backend="cpu", machine="a5")(q, k, v)
+    assert any(d.get("handoff") for d in pypto.last_report().decisions.values())     # TPUSH / TPOP ran
+    want = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float())
+    torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)
