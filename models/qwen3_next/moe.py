@@ -104,8 +104,9 @@ class Qwen3NextSparseMoeBlock(nn.Module):
         dispatch, experts = self._compiled(hidden_states.dtype)
         x = hidden_states.reshape(B * T, H)
         logits, weights, counts, offsets, rows, x_perm = dispatch(x, self.gate.weight.data)
-        out = experts(x, x_perm, counts, offsets, rows, weights, self.experts.gate_up_proj.data,
-                      self.experts.down_proj.data, self.shared_expert.gate_proj.weight.data,
+        gate_up, down = self.experts.gate_up_proj.data, self.experts.down_proj.data
+        out = experts(x, x_perm, counts, offsets, rows, weights, gate_up.reshape(-1, H), down.reshape(-1, down.shape[-1]),
+                      self.shared_expert.gate_proj.weight.data,
                       self.shared_expert.up_proj.weight.data, self.shared_expert.down_proj.weight.data,
                       self.shared_expert_gate.weight.data)
         self.last_reports = (dispatch.last_report, experts.last_report)
@@ -195,15 +196,19 @@ def dispatch_plan(ids, num_experts: int):
 
 def grouped_swiglu(x_perm, counts, offsets, gate_up, down, out, rows_per_chunk: int):
     """out[offsets[e] : offsets[e] + counts[e]] = SwiGLU_e(x_perm's rows there) for every expert e, the
-    counts and offsets read at run time; chunks of ``rows_per_chunk`` rows, the last one a tail."""
-    E, I, H = down.shape[0], down.shape[2], down.shape[1]
+    counts and offsets read at run time; chunks of ``rows_per_chunk`` rows, the last one a tail.
+    The experts' weights come stacked 2-D, gate_up [E * 2I, H] and down [E * H, I] (HF's 3-D tensors
+    reshaped by the caller for free), so each expert's matrices are plain 2-D views: a view of a 3-D
+    tensor reshaped to 2-D is a copy per expert."""
+    E = counts.shape[0]
+    H, I = down.shape[0] // E, down.shape[1]
     M = rows_per_chunk
     for e in pypto.loop(E):
         n = counts[e].item()
         start = offsets[e].item()
-        w_gate = pypto.reshape(pypto.view(gate_up, [1, I, H], [e, 0, 0]), [I, H])
-        w_up = pypto.reshape(pypto.view(gate_up, [1, I, H], [e, I, 0]), [I, H])
-        w_down = pypto.reshape(pypto.view(down, [1, H, I], [e, 0, 0]), [H, I])
+        w_gate = pypto.view(gate_up, [I, H], [e * 2 * I, 0])
+        w_up = pypto.view(gate_up, [I, H], [e * 2 * I + I, 0])
+        w_down = pypto.view(down, [H, I], [e * H, 0])
         for i in pypto.loop(pypto.ceildiv(n, M)):
             xv = pypto.view(x_perm, [M, H], [start + i * M, 0], valid_shape=[pypto.min(M, n - i * M), H])
             pypto.assemble(swiglu(xv, w_gate, w_up, w_down), [start + i * M, 0], out)
@@ -212,7 +217,7 @@ def grouped_swiglu(x_perm, counts, offsets, gate_up, down, out, rows_per_chunk: 
 def build_programs(config: Qwen3NextConfig, dt, rows_per_chunk: int = ROWS_PER_CHUNK, **jit_options):
     """(dispatch, experts): the block's two pypto.jit programs for activations of dtype ``dt``."""
     c = config
-    H, E, k = c.hidden_size, c.num_experts, c.num_experts_per_tok
+    H, E, k, I = c.hidden_size, c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size
     DYN = pypto.DYNAMIC
 
     @pypto.jit(name="moe_dispatch", **jit_options)
@@ -226,7 +231,8 @@ def build_programs(config: Qwen3NextConfig, dt, rows_per_chunk: int = ROWS_PER_C
     def experts(x: pypto.Tensor[[DYN, H], dt], x_perm: pypto.Tensor[[DYN, H], dt],
                 counts: pypto.Tensor[[E], pypto.int32], offsets: pypto.Tensor[[E], pypto.int32],
                 rows: pypto.Tensor[[DYN], pypto.int32], weights: pypto.Tensor[[DYN, k], dt],
-                gate_up, down, shared_gate, shared_up, shared_down, shared_expert_gate):
+                gate_up: pypto.Tensor[[E * 2 * I, H], dt], down: pypto.Tensor[[E * H, I], dt],
+                shared_gate, shared_up, shared_down, shared_expert_gate):
         N = x.shape[0]
         y_perm = pypto.zeros(N * k, H, dtype=dt)
         grouped_swiglu(x_perm, counts, offsets, gate_up, down, y_perm, rows_per_chunk)
