@@ -20,9 +20,15 @@ copies of the body per step of the new loop), optionally with
   start) uses ``t_(k mod P)``, in every stage; P divides U, so no tile is chosen by an expression. An
   iteration's later stage thus uses the slot its earlier stage filled. The slot tiles are not renamed and
   the placeholder ``buf`` is dropped from the declarations when nothing uses it. Where the placeholder's
-  valid shape depends on the loop variable (a tail), each use gets a declaration of its slot, ``<slot>_s<k>``
-  (the slot's address, ``buffer`` the slot), with the copy's iteration substituted in that valid shape,
-  one per distinct valid shape;
+  valid shape differs from the slot's (a tail, possibly following the loop variable), each use gets a
+  declaration of its slot, ``<slot>_s<k>`` (the slot's address, ``buffer`` the slot), with the copy's
+  iteration substituted in that valid shape, one per distinct valid shape. ``slots = {symbol: (i0, ...,
+  i_{P-1})}``: a symbol standing for a GM workspace slot's index (in the offsets of its accesses), iteration
+  k's copy substitutes ``i_(k mod P)``;
+* ``handoffs = {buffer: (b0, ..., b_{P-1})}``: a placeholder handoff buffer (``cross_core.HandoffBuffer``)
+  whose accesses the copy of iteration k marks with ``b_(k mod P)`` (Professional mode's workspace
+  groups). A use whose mark has a ``home`` (the list the front end acquired it in) that is the loop's body
+  is homed in the list its copy lands in (a guard's body, the new loop's body, the enclosing list);
 * ``rename = False``: no per-copy tiles (the front end owns the buffers: Professional mode's tiles at
   the user's addresses); no read-before-write checks (the user's tiles may carry state between
   iterations and stages). A tile of the loop whose valid shape follows the loop variable gets a
@@ -70,7 +76,8 @@ replaced by its body or dropped; an ``If`` with an else branch (an accumulator's
 accumulation) is decided only where the copy is known not to be the loop's first iteration (its test
 ``Eq(v, start)`` in a steady-state copy after the first: the else branch), elsewhere it keeps both
 branches. A handoff access (``attrs[cross_core.HANDOFF]``) becomes one use per copy (the accesses of one
-use in a copy share a mark) and the uses of the block are numbered in program order.
+use in a copy share a mark: one mark object, or for marks with a home one (buffer, use, home)) and the uses
+of the block are numbered in program order.
 
 Loops are pipelined innermost first. Errors (a CompileError naming the loop's line): a stage mark
 missing or mixed inside one statement, a per-iteration tile read in stage 0 that stage 1 writes (its use
@@ -86,10 +93,10 @@ import sympy
 from ..errors import CompileError
 from ..ir.block import For, GMRegion, If, Instr, TileDecl, walk_instrs
 from ..ir.liveness import touched_tiles
-from .cross_core import HANDOFF, HandoffAccess
+from .cross_core import HANDOFF, HandoffAccess, HandoffBuffer
 from .exprs import subs as _default_subs
 
-MARKS = ("unroll", "skew", "tail", "names", "peel_names", "slot", "slots", "rename")
+MARKS = ("unroll", "skew", "tail", "names", "peel_names", "slot", "slots", "handoffs", "rename")
 ALL = "all"          # the stage mark of a statement every stage instance runs (Professional mode's preamble)
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
@@ -100,7 +107,9 @@ def software_pipeline(block, subs=None) -> dict:
     (the front end's tile it copies, the copies' suffix path)} for the tiles the block keeps."""
     p = _Pipeliner(block, subs or _default_subs)
     block.body = p.stmts(block.body)
-    if p.made or p.placeholders or p.versions:
+    if p.tops:
+        _rehome(block.body, p.tops)
+    if p.made or p.placeholders or p.versions or p.copied_marks:
         _renumber_handoffs(block.body)
         used = {t for ins in walk_instrs(block.body) for t in touched_tiles(ins)}
         tiles = []
@@ -151,6 +160,9 @@ class _Piece:
     def __init__(self, mapping: dict, rename: dict, offset, steady: bool, fold: bool = False):
         self.mapping, self.rename, self.offset, self.steady = mapping, rename, offset, steady
         self.fold = fold               # an if/else whose condition the copy decides keeps only that branch
+        self.buffers: dict = {}        # handoff buffer placeholder -> this copy's buffer
+        self.home = None               # the loop's body: a handoff use acquired there is homed where the copy lands
+        self.lists: dict = {}          # id(a statement list of the body) -> its copy
         self.marks: dict = {}
         self.memo: dict = {}           # expression -> substituted (copies share most expressions)
 
@@ -163,6 +175,8 @@ class _Pipeliner:
         self.origin: dict = {}       # a name the pass made -> (root name, suffix path)
         self.placeholders: set = set()   # slot buffers' placeholder tiles (dropped when unused)
         self.versions: dict = {}         # (slot tile, valid shape) -> the declaration of that slot's version
+        self.tops: dict = {}             # id(a copied top-level statement of a loop's body) -> its piece
+        self.copied_marks = False        # a handoff access was copied: its uses need numbers per copy
 
     # ------------------------------------------------------------------ walking
     def stmts(self, stmts: list) -> list:
@@ -174,7 +188,7 @@ class _Pipeliner:
                 if inside is None:
                     out.append(replace(s, body=body))
                 else:
-                    out += self.pipeline(replace(s, body=body), inside)
+                    out += self.pipeline(replace(s, body=body), inside, s.body)
             elif isinstance(s, If):
                 out.append(replace(s, then_body=self.stmts(s.then_body), else_body=self.stmts(s.else_body)))
             else:
@@ -196,22 +210,29 @@ class _Pipeliner:
             dists = tuple(skew)
         else:
             dists = ()
-        slots = a.get("slots", {})
-        ok_slots = isinstance(slots, dict) and all(
+        slots, handoffs = a.get("slots", {}), a.get("handoffs", {})
+        ok_slots = isinstance(slots, dict) and isinstance(handoffs, dict) and all(
             isinstance(v, (tuple, list)) and v and isinstance(U, int) and U % len(v) == 0
-            and all(isinstance(t, str) for t in v) for v in slots.values())
+            and (all(isinstance(t, str) for t in v) if isinstance(k, str) else
+                 isinstance(k, sympy.Symbol) and all(isinstance(t, int) for t in v))
+            for k, v in slots.items()) and all(
+            isinstance(v, (tuple, list)) and v and isinstance(U, int) and U % len(v) == 0
+            and all(isinstance(b, HandoffBuffer) for b in (k, *v)) for k, v in handoffs.items())
         if bad or not isinstance(U, int) or U < 1 or dists == () or (dists and rename and not dists[-1] < U) \
                 or tail not in ("peel", "guard") or len(names) != U or rename not in (True, False) \
                 or not ok_slots or not sympy.sympify(loop.step).is_positive:
             raise CompileError(f"software pipelining: bad mark on the loop over {loop.var}: {a} (unroll U >= 1, "
                                f"skew 0 <= D < U or non-decreasing distances (0, D1, ...) (below U with renamed "
-                               f"tiles), tail peel | guard, {U} names, slots {{buffer: (P tiles)}} with P dividing "
-                               f"U, rename True | False, a positive step)", loc=loop.loc)
+                               f"tiles), tail peel | guard, {U} names, slots {{buffer: (P tiles) | symbol: (P ints)}} "
+                               f"and handoffs {{buffer: (P buffers)}} with P dividing U, rename True | False, a "
+                               f"positive step)", loc=loop.loc)
         peel = tuple(a.get("peel_names", tuple(f"{n}e" for n in names[:U - 1])))
-        return U, dists, tail, names, peel, _slot_symbol(loop, a.get("slot")), dict(slots), rename
+        return U, dists, tail, names, peel, _slot_symbol(loop, a.get("slot")), dict(slots), dict(handoffs), rename
 
-    def pipeline(self, loop: For, inside: Counter) -> list:
-        U, dists, tail, names, peel, slot, slots, rename = self._mark(loop)
+    def pipeline(self, loop: For, inside: Counter, source_body: list) -> list:
+        U, dists, tail, names, peel, slot, slots, handoffs, rename = self._mark(loop)
+        indices = {k: v for k, v in slots.items() if not isinstance(k, str)}     # GM workspace slot symbols
+        slots = {k: v for k, v in slots.items() if isinstance(k, str)}
         D = dists[-1] if dists else 0
         S = len(dists) if dists else 1
         here = _touches(loop.body, Counter())
@@ -231,11 +252,14 @@ class _Pipeliner:
             self._check_order(loop, local_set, None, 1)
         var, start, stop, step = loop.var, loop.start, loop.stop, loop.step
         self._order_start()
+        tops = self.tops
 
         def piece(i, it, suffix, home_suffix=None, steady=False):
             m = {var: it}
             if slot is not None:
                 m[slot] = i
+            for sym, values in indices.items():
+                m[sym] = values[i % len(values)]
             ren = {}
             for t in local:
                 sfx = home_suffix if (home_suffix is not None and t in crossing) else suffix
@@ -243,6 +267,8 @@ class _Pipeliner:
             for buf, tiles in slots.items():
                 ren[buf] = tiles[i % len(tiles)]
             pc = _Piece(m, ren, it - var, steady, fold=not rename)
+            pc.buffers = {b: bufs[i % len(bufs)] for b, bufs in handoffs.items()}
+            pc.home = source_body
             for buf, tiles in slots.items():
                 ren[buf] = self._slot_version(buf, tiles[i % len(tiles)], var, pc)
             for t in own_tails:
@@ -253,7 +279,10 @@ class _Pipeliner:
             stmts = loop.body if stage is None else \
                 [s for s, st in zip(loop.body, stages) if st == stage or st == ALL]
             self._declare(pc, stmts, local)
-            return self.copy(stmts, pc, var, start)
+            out = self.copy(stmts, pc, var, start)
+            for s in out:
+                tops[id(s)] = pc
+            return out
 
         def when(cond, stmts):
             d = _decided(cond)
@@ -433,12 +462,12 @@ class _Pipeliner:
 
     def _slot_version(self, buf: str, tile: str, var, pc: _Piece) -> str:
         """The slot tile a copy uses for ``buf``: the slot itself, or, where the placeholder's valid shape
-        depends on the loop variable (a tail), a declaration of the slot (same buffer and address) with the
-        copy's iteration substituted in that valid shape, one per distinct valid shape."""
+        differs from the slot's (a tail; it may depend on the loop variable), a declaration of the slot
+        (same buffer and address) with the copy's iteration substituted in that valid shape, one per
+        distinct valid shape."""
         by_name = {t.name: t for t in self.block.tiles}
         ph, slot = by_name.get(buf), by_name.get(tile)
-        if ph is None or slot is None or ph.valid is None \
-                or var not in set().union(*[getattr(v, "free_symbols", set()) for v in ph.valid]):
+        if ph is None or slot is None or ph.valid is None:
             return tile
         valid = tuple(self.sx(v, pc) for v in ph.valid)
         if valid == tuple(slot.shape):
@@ -512,8 +541,9 @@ class _Pipeliner:
                 out.append(self.copy_instr(s, pc))
             elif isinstance(s, For):
                 attrs = {k: v for k, v in s.attrs.items() if k != "stage"}
-                out.append(For(s.var, self.sx(s.start, pc), self.sx(s.stop, pc),
-                               self.sx(s.step, pc), self.copy(s.body, pc, var, start), attrs, s.loc))
+                body = pc.lists[id(s.body)] = self.copy(s.body, pc, var, start)
+                out.append(For(s.var, self.sx(s.start, pc), self.sx(s.stop, pc), self.sx(s.step, pc), body,
+                               attrs, s.loc))
             elif isinstance(s, If):
                 if s.else_body:
                     if pc.steady and _first_iteration_test(s.cond, var, start) and \
@@ -525,8 +555,9 @@ class _Pipeliner:
                     if d is not None:
                         out += self.copy(s.then_body if d else s.else_body, pc, var, start)
                         continue
-                    out.append(If(cond, self.copy(s.then_body, pc, var, start),
-                                  self.copy(s.else_body, pc, var, start), s.loc))
+                    then = pc.lists[id(s.then_body)] = self.copy(s.then_body, pc, var, start)
+                    other = pc.lists[id(s.else_body)] = self.copy(s.else_body, pc, var, start)
+                    out.append(If(cond, then, other, s.loc))
                     continue
                 cond = self.sx(s.cond, pc)
                 d = _decided(cond)
@@ -536,6 +567,7 @@ class _Pipeliner:
                 if d is True:
                     out += body
                 elif body:
+                    pc.lists[id(s.then_body)] = body
                     out.append(If(cond, body, [], s.loc))
             else:
                 out.append(s)
@@ -555,9 +587,13 @@ class _Pipeliner:
             if k == "stage":
                 continue
             if k == HANDOFF:
-                new = pc.marks.get(id(v))
+                # one use: one mark object, or (a front end's marks with a home) one (buffer, use, home)
+                key = id(v) if v.home is None else (v.buffer, v.use, id(v.home))
+                new = pc.marks.get(key)
+                self.copied_marks = True
                 if new is None:
-                    new = pc.marks[id(v)] = HandoffAccess(v.buffer, v.use, v.home)
+                    home = v.home if v.home is None or v.home is pc.home else pc.lists.get(id(v.home), v.home)
+                    new = pc.marks[key] = HandoffAccess(pc.buffers.get(v.buffer, v.buffer), v.use, home)
                 v = new
             elif k == "tmp" and isinstance(v, str):
                 v = pc.rename.get(v, v)
@@ -604,6 +640,26 @@ def _peel_end(start, stop, step: int, unroll: int, lead: int):
     """The first index the loop ``for j in range(start, stop - lead*step, unroll*step)`` does not run."""
     group = unroll * step
     return start + group * _smax0(sympy.ceiling((sympy.sympify(stop) - lead * step - start) / group))
+
+
+def _rehome(stmts: list, tops: dict) -> None:
+    """A handoff use acquired in the loop's body (its mark's home) is homed in the list its copy's
+    statements landed in (the loop's new body, a guard's, the prologue's list)."""
+    new: dict = {}
+    for s in stmts:
+        pc = tops.get(id(s))
+        if pc is not None:
+            for ins in walk_instrs([s]):
+                m = ins.attrs.get(HANDOFF)
+                if m is not None and m.home is pc.home:
+                    if id(m) not in new:
+                        new[id(m)] = HandoffAccess(m.buffer, m.use, stmts)
+                    ins.attrs[HANDOFF] = new[id(m)]
+        if isinstance(s, For):
+            _rehome(s.body, tops)
+        elif isinstance(s, If):
+            _rehome(s.then_body, tops)
+            _rehome(s.else_body, tops)
 
 
 def _renumber_handoffs(stmts) -> None:

@@ -144,7 +144,7 @@ def _relative(acquire: bool):
             raise call.error(f"{group.name}.{name}(k) takes a compile-time int", at=0)
         _section_core(parser, call)
         if getattr(call.node, "_pl_stage_slot", False) and parser.stage_slots is not None:
-            return parser.stage_slots.tile(group, k)       # a pipelined stage's slot, chosen per copy
+            return parser.stage_slots.tile(parser, call, group, k, acquire)   # a stage's slot, chosen per copy
         cur = parser.cursor(group)
         return slot_value(parser, group, (cur.pos + k) % group.depth, acquire=acquire, call=call)
     return handler

@@ -1,7 +1,5 @@
 """The build directory of a compiled variant: the pipelined loops (``NN_pipeline/marked_loops.txt``: each
-``pl.stage`` loop as Block IR marked for the software-pipelining pass; ``NN_pipeline/pipeline_generated.py``
-for a loop whose stages advance a GM workspace group, still a source rewrite: a module that runs as a
-kernel by itself), the Block IR, the C++ (``NN_cpp/``: kernels/*.cpp and the
+``pl.stage`` loop as Block IR marked for the software-pipelining pass), the Block IR, the C++ (``NN_cpp/``: kernels/*.cpp and the
 launchers, as the cpu backend builds them) and the build notes (signature, synchronisation, event ids),
 named and headed as every pypto dump (pypto/ir/dump.py, ``PRO_STAGES``).
 
@@ -58,8 +56,6 @@ def write_build_dir(kernel, compiled, cache_key) -> Path | None:
                         _loc(kernel), _signature(cache_key))
         if compiled.marked_loops:
             dump.write_file("pipeline", "marked_loops.txt", "\n\n".join(compiled.marked_loops) + "\n")
-        if compiled.pipeline_source:
-            dump.write_file("pipeline", "pipeline_generated.py", compiled.pipeline_source)
         dump.write("kernel", text=str(compiled.kernel))
         notes = [f"kernel {compiled.kernel.name}", f"signature {cache_key!r}",
                  f"synchronisation: {'manual (pl.system.*)' if compiled.manual_sync else 'automatic'}"]

@@ -23,14 +23,13 @@ class CompiledKernel:
     workspaces: list               # Workspace descriptors the launcher allocates
     size_symbols: dict             # symbol name -> (param, dim)
     manual_sync: bool
-    pipeline_source: str | None = None
     marked_loops: list = field(default_factory=list)   # Block IR of each pipelined loop, marked for the pass
     events: dict = field(default_factory=dict)   # pipe pair -> event ids used
     parser: object = None
 
 
 def compile_kernel(fn, name: str, tensors: dict, scalars: dict, consts: dict, *, machine, tiling_key=None,
-                   pipeline=None, auto_sync: bool = True, base_name: str | None = None) -> CompiledKernel:
+                   pipeline=None, auto_sync: bool = True) -> CompiledKernel:
     """tensors: param -> (dtype, shape with ints / size symbols); scalars: param -> sympy symbol;
     consts: param -> compile-time value."""
     bindings = dict(consts)
@@ -71,8 +70,7 @@ def compile_kernel(fn, name: str, tensors: dict, scalars: dict, consts: dict, *,
                 sizes.setdefault(s.name, (p, d))
     kernel = Kernel(name, blocks, loc=parser.source.span(parser.source.tree).loc)
     return CompiledKernel(kernel, list(tensors), list(scalars.values()), outputs, list(parser.workspaces), sizes,
-                          parser.manual_sync, parser.pipeline_generated(base_name or name), list(parser.marked_loops),
-                          events, parser)
+                          parser.manual_sync, list(parser.marked_loops), events, parser)
 
 
 def workspace_rows_symbol(ws) -> sympy.Symbol:

@@ -8,7 +8,7 @@
 
 The signature of a compilation is: per tensor, its dtype and its static dims (``pl.DYNAMIC`` dims
 are run-time sizes and do not cause recompilation); the values of compile-time arguments; the
-TilingKey values. The Block IR, the pipeline transform and kernel.cpp are written to the build dir.
+TilingKey values. The Block IR, the pipelined loops as marked for the pass and kernel.cpp are written to the build dir.
 """
 from __future__ import annotations
 
@@ -148,8 +148,7 @@ class ProKernel:
         from .compiler import compile_kernel
         variant = self.name + (key_values.suffix() if key_values is not None else "")
         compiled = compile_kernel(self.fn, variant, tensors, scalars, consts, machine=machine or self.machine,
-                                  tiling_key=key_values, pipeline=self.pipeline, auto_sync=self.auto_sync,
-                                  base_name=self.name)
+                                  tiling_key=key_values, pipeline=self.pipeline, auto_sync=self.auto_sync)
         self.compile_count += 1
         from .build_dir import write_build_dir
         compiled.build_dir = write_build_dir(self, compiled, cache_key)

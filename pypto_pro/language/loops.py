@@ -118,7 +118,7 @@ def _period(parser, node, frame, name, var, step) -> tuple:
     sec = parser.section
     snap = (parser.state(), sec.snapshot(), dict(frame.env), len(parser.slots), len(parser.groups),
             len(parser.workspaces), parser.ws_uses, set(parser.var_names), dict(getattr(parser, "_ws_use_of", {})),
-            dict(parser.pipeline_loops), len(parser.marked_loops))
+            len(parser.marked_loops))
     before = {k: c.pos for k, c in parser.cursors.items()}
     acquired_before = len(parser.ws_acquired)
     written_before = set(parser.written_slots)
@@ -156,8 +156,7 @@ def _period(parser, node, frame, name, var, step) -> tuple:
     parser.ws_uses = snap[6]
     parser.var_names = snap[7]
     parser._ws_use_of = snap[8]
-    parser.pipeline_loops = snap[9]
-    del parser.marked_loops[snap[10]:]
+    del parser.marked_loops[snap[9]:]
     if period > MAX_UNROLL:
         raise ParseError(f"the tile groups advanced in this loop repeat only every {period} iterations; unrolling "
                          f"by more than {MAX_UNROLL} is refused", frame.span(node),

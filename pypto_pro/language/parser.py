@@ -260,7 +260,6 @@ class Parser:
         self.loop_src: dict = {}          # id(For) -> id of its `for` statement in the source
         self.copy_of: dict = {}           # id(stmt) -> ("copy", u): the unrolled loop-body copy it belongs to
         self.name_hint: str | None = None  # the name being assigned (names tiles in the IR)
-        self.pipeline_loops: dict = {}    # (file, line, col) of a pipelined loop -> its transform
         self.marked_loops: list = []      # Block IR text of each pipelined loop as marked for the shared pass
         self.stage_slots = None           # pipeline_marks.StageSlots while a pipelined loop's body is parsed
         self.source = function_source(fn)
@@ -759,10 +758,6 @@ class Parser:
                 else:
                     raise ParseError(f"{fdef.name}() is missing argument '{p}'", frame.span(node))
         return env
-
-    def pipeline_generated(self, name: str | None = None) -> str | None:
-        from .pipeline_source import generated_module
-        return generated_module(self, name or self.kernel_name)
 
     # ------------------------------------------------------------------ sections and state
     def require_section(self, frame, node, what: str) -> SectionBuilder:

@@ -1,7 +1,7 @@
-"""Software pipelining: the transformed loop gives the same results, pipeline_generated.py runs as a
-kernel by itself and matches, dynamic trip counts (guards, fewer iterations than stages) work, and
-the stage rules are checked."""
-import importlib.util
+"""Software pipelining through the shared pass: pipelined kernels match torch (dynamic and static trip
+counts, fewer iterations than stages, tails, previous(), a preamble and a first-iteration if inside an
+outer task loop), the build dir shows the marked loops, and the stage rules are checked."""
+import re
 
 import pytest
 import torch
@@ -12,13 +12,6 @@ import pypto_pro.language as pl
 VEC, F16, F32 = pl.MemorySpace.Vec, pl.DT_FP16, pl.DT_FP32
 
 
-def _load_module(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_pipelined_flash_attention_matches_and_is_faster():
     plain = fa.main(bh=2, seq=512, pipelined=False)
     piped = fa.main(bh=2, seq=512, pipelined=True)
@@ -27,21 +20,25 @@ def test_pipelined_flash_attention_matches_and_is_faster():
 
 @pytest.mark.parametrize("preload,seq,key", [(1, 384, {"HANDOFF": "fp16"}),
                                              (2, 768, {"HANDOFF": "fp16", "MATH": "fp16", "BLOCK_K": 256})])
-def test_pipeline_generated_runs_as_a_kernel_and_matches(tmp_path, preload, seq, key):
+def test_the_build_dir_shows_the_marked_loops_and_the_kernel_matches(tmp_path, preload, seq, key):
+    """Each pl.stage loop is dumped as the Block IR the shared pass pipelines: stage marks, the preload
+    distances, the slots each placeholder stands for (tile groups and GM workspace groups)."""
     torch.manual_seed(1)
     q, k, v = (torch.randn(1, seq, 128, dtype=torch.float16) for _ in range(3))
-    o1, o2 = torch.zeros_like(q), torch.zeros_like(q)
-    kernel = pl.jit(fa.attention_body, name="fa_gen_test", pipeline=pl.PipelineConfig(preload=preload),
+    o = torch.zeros_like(q)
+    kernel = pl.jit(fa.attention_body, name="fa_marks_test", pipeline=pl.PipelineConfig(preload=preload),
                     dump=str(tmp_path), tiling_key=fa.KEY)
-    kernel[None, 2, key](q, k, v, o1)
-    path = kernel.last_build_dir / "01_pipeline" / "pipeline_generated.py"
-    assert path.exists() and "take(" in path.read_text()
-    gen = _load_module(path, "pipeline_generated_fa")
-    gen_kernel = gen.fa_gen_test
-    assert gen_kernel.pipeline is None                 # plain kernel: the pipelining is in its source
-    gen_kernel[None, 2](q, k, v, o2)                   # its key allows only the variant it came from
-    assert torch.equal(o1, o2)
-    torch.testing.assert_close(o1, fa.reference(q, k, v), rtol=2e-2, atol=2e-3)
+    kernel[None, 2, key](q, k, v, o)
+    text = (kernel.last_build_dir / "01_pipeline" / "marked_loops.txt").read_text()
+    loops = [line for line in text.splitlines() if line.startswith("  for j")]
+    assert len(loops) == 2                                    # the cube's and the vector's key-block loop
+    for line in loops:
+        assert f"skew=(0, {preload})" in line and "rename=False" in line and "slots={" in line
+        assert "handoffs={" in line and "_ws_s_ws_at" in line   # workspace slots chosen per copy
+    assert "{stage=0}" in text and "{stage=1}" in text
+    block_ir = next(kernel.last_build_dir.glob("*_block_ir.txt")).read_text()
+    assert "stage=" not in block_ir and not re.search(r"_at\d", block_ir)   # marks and placeholders replaced
+    torch.testing.assert_close(o, fa.reference(q, k, v), rtol=2e-2, atol=2e-3)
 
 
 def staged_scale(x: pl.Tensor[[pl.DYNAMIC, 128], F16], y: pl.Tensor[[pl.DYNAMIC, 128], F16]):
@@ -94,6 +91,17 @@ def test_stage_rules_are_checked():
                     pass
     with pytest.raises(pl.ParseError, match="expected stage 0, found stage 1"):
         pl.jit(order, pipeline=pl.PipelineConfig()).compile(x)
+    def run_time_step(x: pl.Tensor[[pl.DYNAMIC, 128], F16], step: pl.Scalar[pl.DT_INT32]):
+        t = pl.TileType([16, 128], F16, VEC)
+        g = pl.make_tile_group(t, addrs=0, depth=2)
+        with pl.section_vector():
+            for i in pl.range(0, 4, step):
+                with pl.stage(0):
+                    pl.load_tile(g.next(), x, [i, 0])
+                with pl.stage(1):
+                    pl.store_tile(x, g.current(), [i, 0])
+    with pytest.raises(pl.ParseError, match="a pipelined loop needs a compile-time step"):
+        pl.jit(run_time_step, pipeline=pl.PipelineConfig()).compile(x, 2)
     with pytest.raises(ValueError):
         pl.PipelineConfig(preload=0)
 
@@ -104,4 +112,67 @@ def test_without_pipeline_config_stages_run_in_order():
     y = torch.zeros_like(x)
     k[None, 1](x, y)
     torch.testing.assert_close(y, (x.float() * 3).half())
-    assert k.compile(x, y).pipeline_source is None
+    assert k.compile(x, y).marked_loops == []
+
+
+def previous_sum(x: pl.Tensor[[pl.DYNAMIC, 64], pl.DT_FP32], y: pl.Tensor[[pl.DYNAMIC, 64], pl.DT_FP32]):
+    """y block i = x block i + x block i-1 (block -1: zeros, the slot `previous()` names in iteration 0)."""
+    t = pl.TileType([8, 64], pl.DT_FP32, VEC)
+    g = pl.make_tile_group(t, addrs=0x0000, depth=4)
+    o = pl.make_tile(t, addr=0x8000)
+    with pl.section_vector():
+        pl.full(g[3], 0.0)
+        for i in pl.range(0, pl.ceil_div(x.shape[0], 8)):
+            with pl.stage(0):
+                pl.load_tile(g.next(), x, [i, 0])
+            with pl.stage(1):
+                pl.add(o, g.current(), g.previous())
+                pl.store_tile(y, o, [i, 0])
+
+
+@pytest.mark.parametrize("preload", [1, 2])
+@pytest.mark.parametrize("rows", [8, 24, 61, 200])
+def test_a_later_stage_reads_the_slot_an_earlier_iteration_filled(preload, rows):
+    k = pl.jit(previous_sum, pipeline=pl.PipelineConfig(preload=preload))
+    x = torch.randn(rows, 64)
+    y = torch.zeros_like(x)
+    k[None, 1](x, y)
+    pad = torch.cat([x, torch.zeros(-rows % 8, 64)]).view(-1, 8, 64)
+    ref = (pad + torch.cat([torch.zeros_like(pad[:1]), pad[:-1]])).view(-1, 64)[:rows]
+    torch.testing.assert_close(y, ref)
+
+
+def running_sums(x: pl.Tensor[[pl.DYNAMIC, 64], F16], y: pl.Tensor[[pl.DYNAMIC, 64], F16], nb: int):
+    """Per task of nb row blocks (8 rows each): y block j = the sum of the task's x blocks 0..j. A preamble
+    (the block index), a first-iteration `if` with an else branch, inside an outer run-time task loop."""
+    t = pl.TileType([8, 64], F16, VEC)
+    g = pl.make_tile_group(t, addrs=0x0000, depth=3)
+    acc = pl.make_tile(pl.TileType([8, 64], F32, VEC), addr=0x8000)
+    part = pl.make_tile(pl.TileType([8, 64], F32, VEC), addr=0x9000)
+    out = pl.make_tile(t, addr=0xA000)
+    with pl.section_vector():
+        for task in pl.range(pl.get_block_idx(), pl.ceil_div(x.shape[0], 8 * nb), pl.get_block_num()):
+            for j in pl.range(0, nb):
+                b = task * nb + j
+                with pl.stage(0):
+                    pl.load_tile(g.next(), x, [b, 0])
+                with pl.stage(1):
+                    cur = g.current()
+                    if j == 0:
+                        pl.cast(acc, cur)
+                    else:
+                        pl.cast(part, cur)
+                        pl.add(acc, acc, part)
+                    pl.cast(out, acc)
+                    pl.store_tile(y, out, [b, 0])
+
+
+@pytest.mark.parametrize("preload", [1, 2])
+@pytest.mark.parametrize("rows,nb,blocks", [(64, 4, 1), (192, 3, 2), (96, 1, 2), (40, 5, 2)])
+def test_a_pipelined_inner_loop_with_a_preamble_and_a_first_iteration_if(preload, rows, nb, blocks):
+    k = pl.jit(running_sums, pipeline=pl.PipelineConfig(preload=preload))
+    x = torch.randn(rows, 64).half()
+    y = torch.zeros_like(x)
+    k[None, blocks](x, y, nb)
+    ref = x.float().view(-1, nb, 8, 64).cumsum(1).view(-1, 64).half()
+    torch.testing.assert_close(y, ref, rtol=2e-3, atol=2e-3)
