@@ -225,7 +225,8 @@ METHODS = {
     # reductions and scans
     "sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin", "prod": "prod", "var": "var",
     "argmax": "argmax", "argmin": "argmin", "max": "max", "min": "min", "cumsum": "cumsum",
-    "topk": "topk",
+    "topk": "topk", "sort": "sort", "argsort": "argsort", "bincount": "bincount", "histc": "histc",
+    "index_add": "index_add", "index_add_": "index_add_",
     # matmul and normalisations
     "matmul": "matmul", "mm": "mm", "bmm": "bmm", "softmax": "softmax", "log_softmax": "log_softmax",
     # shapes

@@ -24,7 +24,7 @@ from ..frontend.tensor import Tensor
 
 __all__ = ["linear", "rms_norm", "layer_norm", "softmax", "log_softmax", "silu", "gelu", "relu", "sigmoid", "tanh",
            "softplus", "l2norm", "normalize", "embedding", "conv1d", "scaled_dot_product_attention", "dropout",
-           "pad"]
+           "pad", "one_hot"]
 
 
 def _tensor(x, fn: str, arg: str = "input") -> Tensor:
@@ -198,6 +198,12 @@ def embedding(input, weight, padding_idx=None) -> Tensor:
     flat = ids if ids.ndim == 1 else P.reshape(ids, -1)
     rows = P.index_select(w, 0, flat)
     return rows if ids.ndim == 1 else P.reshape(rows, *ids.shape, w.shape[1])
+
+
+def one_hot(input, num_classes: int = -1) -> Tensor:
+    """torch's F.one_hot (int64 [..., num_classes]); num_classes must be given: frontend/api_counting.py."""
+    from ..frontend.api_counting import one_hot as traced_one_hot
+    return traced_one_hot(input, num_classes)
 
 
 def pad(input, pad, mode: str = "constant", value: float = 0.0) -> Tensor:

@@ -1,4 +1,4 @@
-"""Selection and ordering ops: topk (its indices; the values are a gather of them, see
+"""Selection and ordering ops: topk and argsort (their indices; the values are a gather of them, see
 frontend/api_sort.py).
 
 Ties: among equal values the lower index comes first (torch.sort's ``stable=True`` order; torch.topk
@@ -92,6 +92,54 @@ register(OpDef("topk", "sort", _topk_infer, _topk_ref, num_inputs=1, decompose=_
                flops_fn=lambda ins, attrs, out: 6 * attrs["k"] * _numel(ins[0].shape),
                doc="attrs: k (static int), dim (non-negative), largest. The int64 indices of the k largest "
                    "(smallest) elements along dim, best first, ties lowest index first"))
+
+
+def _argsort_infer(ins, attrs):
+    x = ins[0]
+    _check_orderable(x, "sort")
+    if x.rank == 0:
+        return ValueInfo((), dtypes.int64)
+    d = check_dims(x, (attrs["dim"],), "sort")[0]
+    _static_dim(x, d, "sort")
+    return ValueInfo(x.shape, dtypes.int64)
+
+
+def _argsort_ref(ins, attrs):
+    x = ins[0]
+    if x.dim() == 0:
+        return torch.zeros((), dtype=torch.int64)
+    return torch.sort(x, dim=attrs["dim"], descending=attrs.get("descending", False), stable=True).indices
+
+
+def _argsort_decompose(P, ins, attrs):
+    """Each element's place is the number of elements that come before it (those that beat it, and the
+    equal ones at lower indices: a stable order); position p then takes the element whose place is p.
+    Two [..., n, n] compares and a one-hot sum, n * n per row: exact, with no data-dependent addressing.
+    (A k-rounds selection as topk's would be n rounds for a full sort.)"""
+    x, d, desc = ins[0], attrs["dim"], attrs.get("descending", False)
+    if x.ndim == 0:
+        return P.full((), 0, dtypes.int64)
+    r, n = x.ndim, x.shape[d]
+    if d != r - 1:
+        x = P.transpose(x, d, r - 1)
+    lead = tuple(x.shape[:-1])
+    xi, xj = P.reshape(x, lead + (n, 1)), P.reshape(x, lead + (1, n))         # [..., i, j]
+    ar = P.arange(0, n, 1, dtype=dtypes.float32)
+    col, row = P.reshape(ar, (1, n)), P.reshape(ar, (n, 1))
+    beats = P.gt(xj, xi) if desc else P.lt(xj, xi)
+    first = P.logical_or(beats, P.logical_and(P.eq(xj, xi), P.lt(col, row)))
+    place = P.sum(P.cast(first, dtypes.float32), r, keepdim=True)             # [..., i, 1], exact below 2**24
+    hit = P.eq(place, P.reshape(ar, (1,) * (r - 1) + (1, n)))                  # [..., i, p]
+    idx = P.sum(P.where(hit, P.reshape(ar, (1,) * (r - 1) + (n, 1)), 0.0), r - 1)   # [..., p]
+    idx = P.cast(idx, dtypes.int64)
+    return idx if d == r - 1 else P.transpose(idx, d, r - 1)
+
+
+register(OpDef("argsort", "sort", _argsort_infer, _argsort_ref, num_inputs=1, decompose=_argsort_decompose,
+               flops_fn=lambda ins, attrs, out: 6 * _numel(ins[0].shape) * (ins[0].shape[attrs["dim"]]
+                                                                            if ins[0].rank else 1),
+               doc="attrs: dim (non-negative), descending. The int64 indices that sort the input along dim, "
+                   "stable (equal elements keep their order)"))
 
 
 def _numel(shape):

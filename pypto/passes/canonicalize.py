@@ -22,7 +22,7 @@ from __future__ import annotations
 from .. import dtypes
 from ..frontend import api as P
 from ..ir.tensor_graph import TensorGraph
-from .index_checks import INDEX_OPS, add_check_outputs, out_of_range_count
+from .index_checks import INDEX_OPS, add_check_outputs, index_position, out_of_range_count
 from .iterspace import is_one
 from .rewrite import rebuild
 from .wide_scans import argmax_rule, blocked_argmax, cumsum_rule
@@ -214,7 +214,7 @@ def canonicalize(g: TensorGraph) -> TensorGraph:
     def rewrite(old, nid, ins):
         # only the top-level graph gets check outputs: a loop body's outputs are its carried values
         if old is g and old.op(nid) in INDEX_OPS:
-            check = out_of_range_count(old, nid, ins[1])
+            check = out_of_range_count(old, nid, ins[index_position(old.op(nid))])
             if check is not None:
                 checks.append(check)
         return _rewrite(old, nid, ins)

@@ -16,7 +16,17 @@ from ..errors import SourceLoc
 from ..frontend import api as P, hints
 from ..ir.tensor_graph import OutputSpec
 
-INDEX_OPS = ("index_select", "gather", "scatter")
+
+def _input_dim(shapes, attrs):
+    return shapes[0][attrs["dim"]]
+
+
+# op -> (the position of its index input, the size its indices pick from: (input shapes, attrs) -> size).
+# one_hot / bincount / index_add are decomposed into scatters before canonicalize; listing them here
+# checks their index arguments on the host (runtime/index_bounds.py) and on the reference backend.
+INDEX_OPS = {"index_select": (1, _input_dim), "gather": (1, _input_dim), "scatter": (1, _input_dim),
+             "index_add": (1, _input_dim), "one_hot": (0, lambda shapes, attrs: attrs["num_classes"]),
+             "bincount": (0, lambda shapes, attrs: attrs["minlength"])}
 VALUE_PRESERVING = ("reshape", "transpose", "permute", "expand")
 CHECK_KIND = "index_check"
 
@@ -31,15 +41,24 @@ class IndexRangeCheck:
 
 def index_source(g, nid) -> int:
     """The node whose values the indices of index_select / gather ``nid`` are (through value-keeping ops)."""
-    src = g.node(nid)["inputs"][1]
+    src = g.node(nid)["inputs"][index_position(g.op(nid))]
     while g.op(src) in VALUE_PRESERVING:
         src = g.node(src)["inputs"][0]
     return src
 
 
+def index_position(op: str) -> int:
+    return INDEX_OPS[op][0]
+
+
+def picked_bound(op: str, shapes: list, attrs: dict):
+    """The size the indices of ``op`` pick from, given its inputs' shapes and its attrs."""
+    return INDEX_OPS[op][1](shapes, attrs)
+
+
 def picked_dim_size(g, nid):
     node = g.node(nid)
-    return g.info(node["inputs"][0]).shape[node["attrs"]["dim"]]
+    return picked_bound(node["op"], [g.info(i).shape for i in node["inputs"]], node["attrs"])
 
 
 def out_of_range_count(g, nid, idx):

@@ -8,7 +8,7 @@ from .. import symbolic as sym
 from ..errors import IndexOutOfRangeError, PyptoError
 from ..ir.tensor_graph import TensorGraph
 from ..ops.registry import get_op
-from ..passes.index_checks import INDEX_OPS
+from ..passes.index_checks import INDEX_OPS, index_position, picked_bound
 from .host.scalars import ScalarEnv, bind
 
 
@@ -36,7 +36,7 @@ def run_graph(g: TensorGraph, inputs: list[torch.Tensor], env: dict) -> list[tor
 def _apply(op, args, attrs, env, loc):
     a = sym.evaluate_tree({k: v for k, v in attrs.items()}, env)
     if op in INDEX_OPS:
-        _check_index_range(op, args[1], args[0].shape[a["dim"]], loc)
+        _check_index_range(op, args[index_position(op)], picked_bound(op, [t.shape for t in args], a), loc)
     try:
         return get_op(op).ref(args, a)
     except PyptoError as e:
