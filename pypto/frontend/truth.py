@@ -21,6 +21,7 @@ thread traces (counted under a lock, as cann.size_builtins swaps min / max).
 from __future__ import annotations
 
 import numbers
+import os
 import sys
 import threading
 
@@ -40,10 +41,16 @@ _ABSENT = object()
 _user_file: dict = {}          # co_filename -> whether it is the user's (not pypto / a library / stdlib)
 
 
+# Professional mode (pypto_pro, next to pypto) is pypto's too: a pl kernel called from a jit function
+_PRO_ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "pypto_pro")
+_PRO_ROOT = os.path.normpath(_PRO_ROOT) + os.sep
+
+
 def _is_user(filename: str) -> bool:
     hit = _user_file.get(filename)
     if hit is None:
-        hit = _user_file[filename] = not _is_internal(filename) and not _is_library(filename)
+        hit = _user_file[filename] = not _is_internal(filename) and not _is_library(filename) and \
+            not os.path.abspath(filename).startswith(_PRO_ROOT)
     return hit
 
 
