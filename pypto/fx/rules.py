@@ -17,6 +17,7 @@ from .. import dtypes, symbolic as sym
 from ..frontend import api
 from ..frontend.tensor import Tensor
 from ..ops.registry import REGISTRY
+from . import sort_rules
 from .meta import ConversionError, is_f64_scalar, size_expr
 
 aten = torch.ops.aten
@@ -608,6 +609,11 @@ RULES[aten._softmax.default] = _softmax("softmax")
 RULES[aten._log_softmax.default] = _softmax("log_softmax")
 RULES[aten.native_layer_norm.default] = Rule(_layer_norm, needs=("layer_norm", "mean", "sub", "mul", "add",
                                                                   "rsqrt"))
+RULES[aten.topk.default] = Rule(sort_rules.topk, needs=("topk",))
+RULES[aten.sort.default] = Rule(sort_rules.sort, needs=("sort",))
+RULES[aten.sort.stable] = Rule(sort_rules.sort, needs=("sort",))
+RULES[aten.index_put.default] = Rule(sort_rules.index_put_accumulate, needs=("index_add", "expand"),
+                                     accepts=sort_rules.index_put_accepts)
 # ops torch can decompose for us when pypto lacks them (see dynamo.decompositions)
 DECOMPOSABLE = (aten._softmax.default, aten._log_softmax.default, aten.native_layer_norm.default,
                 aten.addmm.default, aten.var.correction)

@@ -62,6 +62,14 @@ def f64_constants(x):
     return x / scale.sqrt() + x * half.exp(), torch.true_divide(x, scale) - half
 
 
+def sort_topk_index_add(x, ids, src):
+    """issue 17 item 3: topk, sort (default and stable), argsort, index_add (core ATen: index_put accumulate)."""
+    v, i = torch.topk(x, 3)
+    w, j = x.topk(2, dim=0, largest=False)
+    s, k = torch.sort(x, dim=0, descending=True)
+    return v, i, w, j, s, k, torch.argsort(x, dim=-1, stable=True), torch.index_add(x, 0, ids, src, alpha=2)
+
+
 CASES = {
     "elementwise": (elementwise, lambda: (torch.randn(5, 6), torch.randn(5, 6))),
     "integers_and_bools": (integers_and_bools, lambda: (torch.randint(-4, 6, (4, 5)), torch.randint(-4, 6, (4, 5)),
@@ -69,6 +77,8 @@ CASES = {
     "views": (views, lambda: (torch.randn(4, 5, 8),)),
     "reductions": (reductions, lambda: (torch.randn(5, 8), torch.randint(0, 5, (6,)))),
     "f64_constants": (f64_constants, lambda: (torch.randn(4, 8),)),
+    "sort_topk_index_add": (sort_topk_index_add, lambda: (torch.randn(5, 8), torch.tensor([4, 0, 4, 2]),
+                                                          torch.randn(4, 8))),
     "new_rules": (new_rules, lambda: (torch.randn(5, 8), torch.tensor([0, 4, 2, -1, 3]), torch.rand(5, 8) > 0.8)),
 }
 
