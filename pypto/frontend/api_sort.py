@@ -24,11 +24,12 @@ def topk(input, k: int, dim: int = -1, largest: bool = True, sorted: bool = True
     """The ``k`` largest (``largest=False``: smallest) elements along ``dim`` and their int64 indices, best
     first; ties lowest index first. The result is always sorted (``sorted=False`` is allowed: torch then
     leaves the order unspecified). ``k`` is a static int and the dim's size static; other dims may be
-    dynamic. The values are gathered at the indices, so both share one selection."""
+    dynamic. Values and indices are two ops (each the same k rounds, see ops/sort.py); one left unused
+    is not computed."""
     x = as_tensor(input, "topk")
     d = normalize_dim(x, dim, "topk")
-    indices = emit("topk", [x], {"k": k, "dim": d, "largest": bool(largest)})
-    return TopKResult(gather(x, d, indices) if x.ndim else x, indices)
+    attrs = {"k": k, "dim": d, "largest": bool(largest)}
+    return TopKResult(emit("topk", [x], {**attrs, "values": True}), emit("topk", [x], attrs))
 
 
 class SortResult(NamedTuple):

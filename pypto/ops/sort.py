@@ -1,5 +1,5 @@
-"""Selection and ordering ops: topk and argsort (their indices; the values are a gather of them, see
-frontend/api_sort.py).
+"""Selection and ordering ops: topk (its indices, or its values) and argsort (the indices; sort's values
+are a gather of them, see frontend/api_sort.py).
 
 Ties: among equal values the lower index comes first (torch.sort's ``stable=True`` order; torch.topk
 leaves it unspecified). The result is always in sorted order, so ``sorted=False`` gives the same.
@@ -45,12 +45,13 @@ def _topk_infer(ins, attrs):
     shape = list(x.shape)
     if shape:
         shape[d] = k
-    return ValueInfo(tuple(shape), dtypes.int64)
+    return ValueInfo(tuple(shape), x.dtype if attrs.get("values") else dtypes.int64)
 
 
 def _topk_ref(ins, attrs):
     x, d, k = ins[0], attrs["dim"], attrs["k"]
-    order = torch.sort(x, dim=d, descending=attrs.get("largest", True), stable=True).indices
+    s = torch.sort(x, dim=d, descending=attrs.get("largest", True), stable=True)
+    order = s.values if attrs.get("values") else s.indices
     return order.narrow(d, 0, k) if order.dim() else order
 
 
@@ -66,18 +67,25 @@ def _topk_decompose(P, ins, attrs):
     """k rounds of: the best value m of the elements not yet taken, the first untaken position holding m
     (argmax of the candidates: lowest index first), that position taken. k * n work per row, against
     n * n for ranking every element by how many beat it: the router's k (2..10) is far below its n
-    (8..512 experts). Exact: only compares and selects, no arithmetic on the values."""
+    (8..512 experts). Exact: only compares and selects, no arithmetic on the values. With attrs
+    ``values`` the result is the rounds' best values instead of their positions: the frontend's values
+    op repeats the rounds, which costs less than a gather at the indices (a [.., k, n] one-hot, whose
+    fused group with the rounds did not fit UB at 4096 rows)."""
     x, d, k, largest = ins[0], attrs["dim"], attrs["k"], attrs.get("largest", True)
     if x.ndim == 0:
-        return P.full((), 0, dtypes.int64)
+        return x if attrs.get("values") else P.full((), 0, dtypes.int64)
     n, r = x.shape[d], x.ndim
     pos = P.reshape(P.arange(0, n, 1, dtype=dtypes.int64), (1,) * d + (n,) + (1,) * (r - d - 1))
     best = P.amax if largest else P.amin
     fill = _fill_for(x.dtype, largest)
-    taken, picks = None, []
+    taken, picks, tops = None, [], []
     for _ in range(k):
         rest = x if taken is None else P.masked_fill(x, taken, fill)
-        cand = P.eq(x, best(rest, d, keepdim=True))
+        top = best(rest, d, keepdim=True)
+        tops.append(top)
+        if attrs.get("values") and len(tops) == k:
+            break
+        cand = P.eq(x, top)
         if taken is not None:
             cand = P.logical_and(cand, P.logical_not(taken))
         i = P.argmax(P.cast(cand, dtypes.float32), d, keepdim=True)
@@ -85,13 +93,15 @@ def _topk_decompose(P, ins, attrs):
         if len(picks) < k:
             hit = P.eq(pos, i)
             taken = hit if taken is None else P.logical_or(taken, hit)
-    return picks[0] if k == 1 else P.concat(picks, d)
+    out = tops if attrs.get("values") else picks
+    return out[0] if k == 1 else P.concat(out, d)
 
 
 register(OpDef("topk", "sort", _topk_infer, _topk_ref, num_inputs=1, decompose=_topk_decompose,
                flops_fn=lambda ins, attrs, out: 6 * attrs["k"] * _numel(ins[0].shape),
-               doc="attrs: k (static int), dim (non-negative), largest. The int64 indices of the k largest "
-                   "(smallest) elements along dim, best first, ties lowest index first"))
+               doc="attrs: k (static int), dim (non-negative), largest, values. The int64 indices of the k "
+                   "largest (smallest) elements along dim, best first, ties lowest index first (values=True: "
+                   "those elements)"))
 
 
 def _argsort_infer(ins, attrs):
