@@ -10,8 +10,13 @@ and offsets are data scalars, the unpermute and weighted sum, the gated shared e
 (router, softmax, top-k, counts, the permutation and the permuted tokens). The experts program needs
 real counts even when timing only, so its inputs are the routing of random tokens by a random router
 (moe_reference.route: about 512 rows per expert); the dispatch program's timing does not depend on
-data. Rows: each program's simulated time, its share of the roofline, the kernels' bounds
+data. Rows: each part's simulated time, its share of the roofline, the kernels' bounds
 (Report.decisions), and the block (both programs one after the other).
+
+``--parts grouped`` (the default) simulates the grouped SwiGLU alone, the routed FLOPs the fraction is
+of. ``experts`` and ``all`` add the rest, which today only fits small token counts: the permutation and
+the unpermute are index_select / scatter lowered as one-hot compares (O((N k)^2 hidden) vector work) and
+each row's rank inside its expert a [N k, N k] triangular matmul, as pypto has no indexed DMA gather yet.
 
     python benchmarks/bench_moe.py                       # a2a3
     python benchmarks/bench_moe.py --machine all         # a2a3 and a5
