@@ -17,9 +17,9 @@ instance.
 Rules (checked): stages are numbered 0..S-1 in order; nothing follows the stages in the body;
 a name assigned in one stage is not read by a later one (refer to the tile group again); groups
 the stages rewrite are advanced at a stage's top level (not inside a nested loop or `if`). A
-buffer an earlier stage writes and a later one reads needs N+1 slots (a group of depth > N):
-otherwise the newer iteration overwrites it first (the synchronisation stays race-free, the
-result would be wrong).
+buffer an earlier stage writes and a later one reads needs a group deep enough that no newer
+iteration takes the slot first (depth > N for one slot per iteration; ``slot_lifetimes.py``):
+the synchronisation would stay race-free and the result be wrong.
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from .errors import ParseError
 from .pipeline_marks import lower_marked
+from .slot_lifetimes import check_slot_lifetimes
 from .values import TileGroup
 
 _GROUP_METHODS = ("next", "current", "previous")
@@ -96,40 +97,47 @@ def _names(stmts, ctx):
     return out
 
 
+def _slot_offsets(stage_calls: list, frame) -> dict:
+    """id(call) -> (stage, offset from the iteration's first slot of its group): a stage's ``next()``
+    takes the slot after the ones the earlier stages and its own earlier calls took, ``current()`` /
+    ``previous(m)`` refer back from there."""
+    offsets, base = {}, {}
+    for s, calls in enumerate(stage_calls):
+        count = {}
+        for g, method, n in calls:
+            k = count.get(g.uid, 0)
+            if method == "next":
+                k = count[g.uid] = k + 1
+                offsets[id(n)] = (s, base.get(g.uid, 0) + k)
+                continue
+            back = 0
+            if method == "previous":
+                arg = n.args[0] if n.args else (n.keywords[0].value if n.keywords else None)
+                if arg is not None and not (isinstance(arg, ast.Constant) and isinstance(arg.value, int)):
+                    raise ParseError("previous(k) in a pipelined stage needs a literal k", frame.span(arg))
+                back = arg.value if arg is not None else 1
+            offsets[id(n)] = (s, base.get(g.uid, 0) + k - back)
+        for u, k in count.items():
+            base[u] = base.get(u, 0) + k
+    return offsets
+
+
 class _Rewrite(ast.NodeTransformer):
     """Group cursor calls of one stage -> take(k) / peek(k), k the offset from the iteration's first slot,
     marked ``_pl_stage_slot``: the parser gives them the loop's slot placeholders (pipeline_marks)."""
 
-    def __init__(self, calls: dict, base: dict, frame):
+    def __init__(self, calls: dict, offsets: dict):
         self.calls = calls          # id(call node) -> (group, method)
-        self.base = base            # group uid -> slots the earlier stages of the iteration take
-        self.frame = frame          # the loop's parser frame (source spans for errors)
-        self.count = {}
+        self.offsets = offsets      # id(call node) -> (stage, offset)
 
     def visit_Call(self, node):
-        new = self._offset(node)
-        if new is not node:
-            new._pl_stage_slot = True
-        return new
-
-    def _offset(self, node):
         self.generic_visit(node)
         hit = self.calls.get(node._pl_id) if hasattr(node, "_pl_id") else None
         if hit is None:
             return node
-        g, method = hit
-        k = self.count.get(g.uid, 0)
-        if method == "next":
-            k += 1
-            self.count[g.uid] = k
-            return _method(node, "take", self.base[g.uid] + k)
-        back = 0
-        if method == "previous":
-            arg = node.args[0] if node.args else (node.keywords[0].value if node.keywords else None)
-            if arg is not None and not (isinstance(arg, ast.Constant) and isinstance(arg.value, int)):
-                raise ParseError("previous(k) in a pipelined stage needs a literal k", self.frame.span(arg))
-            back = arg.value if arg is not None else 1
-        return _method(node, "peek", self.base[g.uid] + k - back)
+        new = _method(node, "take" if hit[1] == "next" else "peek", self.offsets[node._pl_id][1])
+        new._pl_stage_slot = True
+        return new
 
 
 def _method(call, name: str, k: int):
@@ -176,25 +184,27 @@ def pipelined_loop(parser, node, frame, bounds, var) -> bool:
         raise ParseError("a pipelined loop needs a compile-time step", frame.span(node.iter),
                          hint="pl.range(start, stop, step) with an int step")
 
-    calls, per_stage = {}, []            # per group: next() calls per stage
+    calls, per_stage, stage_calls = {}, [], []        # per group: next() calls per stage
     for stmts in stages:
-        adv = {}
-        for g, method, n in _group_calls(parser, stmts, frame, set()):
+        adv, found = {}, _group_calls(parser, stmts, frame, set())
+        for g, method, n in found:
             n._pl_id = id(n)
             calls[id(n)] = (g, method)
             if method == "next":
                 adv[g.uid] = adv.get(g.uid, 0) + 1
         per_stage.append(adv)
+        stage_calls.append(found)
+    offsets = _slot_offsets(stage_calls, frame)
     groups = {g.uid: g for g, _ in calls.values()}
     total = {u: sum(a.get(u, 0) for a in per_stage) for u in groups}
     period = 1
     for u, g in groups.items():
         period = math.lcm(period, g.depth // math.gcd(total[u] % g.depth, g.depth))
+    trip = len(range(*bounds)) if all(isinstance(b, int) for b in bounds) else None
+    check_slot_lifetimes(stage_calls, offsets, groups, total, parser.pipeline.preload, trip, frame)
 
     def rewrite(s: int) -> list:
-        base = {u: sum(per_stage[t].get(u, 0) for t in range(s)) for u in groups}
-        offsets = _Rewrite(calls, base, frame)
-        return [offsets.visit(_copy_with_ids(stmt)) for stmt in stages[s]]
+        return [_Rewrite(calls, offsets).visit(_copy_with_ids(stmt)) for stmt in stages[s]]
     lower_marked(parser, node, frame, bounds, var, preamble, stages, rewrite, groups, total, period,
                  parser.pipeline.preload)
     return True

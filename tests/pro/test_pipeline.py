@@ -176,3 +176,88 @@ def test_a_pipelined_inner_loop_with_a_preamble_and_a_first_iteration_if(preload
     k[None, blocks](x, y, nb)
     ref = x.float().view(-1, nb, 8, 64).cumsum(1).view(-1, 64).half()
     torch.testing.assert_close(y, ref, rtol=2e-3, atol=2e-3)
+
+
+def scale_by_3(depth: int, dtype, blocks=None):
+    """Stage 0 loads row block i into a group of `depth` slots, stage 1 scales it by 3 and stores it: the
+    slot is live from stage 0 to stage 1, preload iterations later. `blocks`: a compile-time trip count."""
+    def kernel(x: pl.Tensor[[pl.DYNAMIC, 64], dtype], y: pl.Tensor[[pl.DYNAMIC, 64], dtype]):
+        t = pl.TileType([8, 64], dtype, VEC)
+        inp = pl.make_tile_group(t, addrs=0x0000, depth=depth)
+        out = pl.make_tile(t, addr=0x8000)
+        with pl.section_vector():
+            for i in pl.range(0, blocks if blocks is not None else pl.ceil_div(x.shape[0], 8)):
+                with pl.stage(0):
+                    pl.load_tile(inp.next(), x, [i, 0])
+                with pl.stage(1):
+                    pl.mul(out, inp.current(), 3.0)
+                    pl.store_tile(y, out, [i, 0])
+    return kernel
+
+
+def _line_of(text: str, fn) -> int:
+    import inspect
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(n for n, line in enumerate(lines) if text in line)
+
+
+@pytest.mark.parametrize("depth,preload,need", [(2, 2, 3), (3, 3, 4), (1, 1, 2)])
+def test_a_group_too_shallow_for_the_preload_is_an_error_naming_the_read(depth, preload, need):
+    """Without the check the pipelined kernel was silently wrong (depth 2, preload 2: blocks 0..3 read
+    blocks 2..5, no error): the newer iterations' next() took the slot before stage 1 read it."""
+    kernel = scale_by_3(depth, F16)
+    x = torch.randn(48, 64, dtype=torch.float16)
+    with pytest.raises(pl.ParseError) as err:
+        pl.jit(kernel, pipeline=pl.PipelineConfig(preload=preload)).compile(x, x)
+    e = err.value
+    assert f"tile group inp (depth {depth}) is too shallow for this pipeline (preload={preload})" in e.message
+    assert f"stage 1 reads here the slot stage 0 filled, {preload} pipeline steps earlier" in e.message
+    assert f"depth >= {need} needed" in e.message and f"depth={need}" in e.hint
+    assert e.span.file == __file__ and e.span.line == _line_of("inp.current()", kernel)
+
+
+@pytest.mark.parametrize("dtype", [pl.DT_FP32, F16, pl.DT_BF16])
+@pytest.mark.parametrize("preload,rows", [(2, 61), (2, 8), (3, 100)])
+def test_the_same_kernel_with_the_depth_the_error_names_matches_torch(dtype, preload, rows):
+    kernel = pl.jit(scale_by_3(preload + 1, dtype), pipeline=pl.PipelineConfig(preload=preload))
+    tdt = {pl.DT_FP32: torch.float32, F16: torch.float16, pl.DT_BF16: torch.bfloat16}[dtype]
+    x = torch.randn(rows, 64, dtype=tdt)
+    y = torch.zeros_like(x)
+    kernel[None, 1](x, y)
+    torch.testing.assert_close(y, (x.float() * 3).to(tdt))
+
+
+def test_a_compile_time_trip_count_too_short_to_reuse_the_slot_is_not_an_error():
+    """Two blocks, depth 2, preload 2: no newer iteration takes block 0's slot before stage 1 reads it."""
+    kernel = pl.jit(scale_by_3(2, pl.DT_FP32, blocks=2), pipeline=pl.PipelineConfig(preload=2))
+    x = torch.randn(16, 64)
+    y = torch.zeros_like(x)
+    kernel[None, 1](x, y)
+    torch.testing.assert_close(y, x * 3)
+    with pytest.raises(pl.ParseError, match=r"depth >= 3 needed"):
+        pl.jit(scale_by_3(2, pl.DT_FP32, blocks=3), pipeline=pl.PipelineConfig(preload=2)).compile(x, y)
+
+
+def test_a_slot_live_across_two_stages_and_one_filled_before_the_loop_are_checked():
+    def skip_a_stage(x: pl.Tensor[[pl.DYNAMIC, 128], F16], y: pl.Tensor[[pl.DYNAMIC, 128], F16]):
+        t = pl.TileType([16, 128], F16, VEC)
+        inp = pl.make_tile_group(t, addrs=0x0000, depth=2)
+        out = pl.make_tile_group(t, addrs=0x4000, depth=3)
+        with pl.section_vector():
+            for i in pl.range(0, pl.ceil_div(x.shape[0], 16)):
+                with pl.stage(0):
+                    pl.load_tile(inp.next(), x, [i, 0])
+                with pl.stage(1):
+                    pl.mul(out.next(), out.current(), 1.0)
+                with pl.stage(2):
+                    pl.store_tile(y, inp.current(), [i, 0])
+    x = torch.zeros(64, 128, dtype=torch.float16)
+    with pytest.raises(pl.ParseError, match=r"stage 2 reads here the slot stage 0 filled, 2 pipeline steps "
+                                            r"earlier.*depth >= 3 needed") as err:
+        pl.jit(skip_a_stage, pipeline=pl.PipelineConfig(preload=1)).compile(x, x)
+    assert err.value.span.line == _line_of("inp.current()", skip_a_stage)
+    # previous_sum's stage 1 reads iteration i-1's slot (iteration 0: the one filled before the loop)
+    x = torch.zeros(64, 64)
+    with pytest.raises(pl.ParseError, match=r"tile group g \(depth 4\).*reads here a slot filled before the "
+                                            r"loop.*depth >= 5 needed"):
+        pl.jit(previous_sum, pipeline=pl.PipelineConfig(preload=3)).compile(x, x)
