@@ -261,3 +261,16 @@ def test_a_slot_live_across_two_stages_and_one_filled_before_the_loop_are_checke
     with pytest.raises(pl.ParseError, match=r"tile group g \(depth 4\).*reads here a slot filled before the "
                                             r"loop.*depth >= 5 needed"):
         pl.jit(previous_sum, pipeline=pl.PipelineConfig(preload=3)).compile(x, x)
+
+
+def test_the_flash_attention_example_with_a_fifo_no_deeper_than_the_preload_is_an_error(monkeypatch):
+    """The example's alpha_ub (exp(m_old - m_new), written by the softmax stage, read by the fold stage
+    PRELOAD steps later) needs FIFO > PRELOAD slots."""
+    monkeypatch.setattr(fa, "FIFO", fa.PRELOAD)
+    q = torch.zeros(1, 512, 128, dtype=torch.float16)
+    kernel = pl.jit(fa.attention_body, name="fa_shallow", pipeline=pl.PipelineConfig(preload=fa.PRELOAD),
+                    tiling_key=fa.KEY)
+    with pytest.raises(pl.ParseError, match=rf"tile group alpha_ub \(depth {fa.PRELOAD}\).*"
+                                            rf"depth >= {fa.PRELOAD + 1} needed") as err:
+        kernel[None, 2, {"HANDOFF": "fp16"}](q, q, q, q)
+    assert err.value.span.file == fa.__file__ and "alpha_ub.current()" in err.value.span.source_line()
