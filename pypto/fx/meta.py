@@ -19,6 +19,20 @@ class NothingToCompute(ConversionError):
     """Every output of the graph is one of its inputs (views and copies only)."""
 
 
+class Lazy(tuple):
+    """A multi-result value whose members are built on first use (unused ones are never traced)."""
+
+    def __new__(cls, thunks):
+        obj = super().__new__(cls, thunks)
+        obj.memo = {}
+        return obj
+
+    def get(self, i):
+        if i not in self.memo:
+            self.memo[i] = tuple.__getitem__(self, i)()
+        return self.memo[i]
+
+
 def _translations():
     from torch.utils._sympy import functions as F
     floor_div = lambda a, b: sympy.floor(a / b)   # noqa: E731

@@ -18,7 +18,8 @@ from ..frontend import api
 from ..frontend.tensor import Tensor
 from ..ops.registry import REGISTRY
 from . import sort_rules
-from .meta import ConversionError, is_f64_scalar, size_expr
+from .conv import batch_norm, batch_norm_accepts, convolution, convolution_accepts
+from .meta import ConversionError, Lazy, is_f64_scalar, size_expr
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -66,20 +67,6 @@ class NodeContext:
 
 # a symbolic scalar operand promotes like a Python number of its kind
 _SYMBOLIC_AS_NUMBER = {torch.SymInt: 1, torch.SymFloat: 1.0, torch.SymBool: True}
-
-
-class Lazy(tuple):
-    """A multi-result value whose members are built on first use (unused ones are never traced)."""
-
-    def __new__(cls, thunks):
-        obj = super().__new__(cls, thunks)
-        obj.memo = {}
-        return obj
-
-    def get(self, i):
-        if i not in self.memo:
-            self.memo[i] = tuple.__getitem__(self, i)()
-        return self.memo[i]
 
 
 def _numbers_only(*names):
@@ -438,7 +425,30 @@ def _minmax_dim(reduce, arg):
 
 
 def _cumsum(cx, input, dim, dtype=None):
-    return fn("cumsum")(input, dim, dtype=cx.out_dtype if dtype is not None else None)
+    """Along a static dim, pypto.cumsum; along a dynamic one (which its lowering does not scan), a
+    product with a triangle of ones in fp32: x @ triu(1) for the last dim, tril(1) @ x for another
+    (moved to the rows' place and back)."""
+    dim = _norm(dim, input.ndim)
+    n = input.shape[dim]
+    if isinstance(n, int):
+        return fn("cumsum")(input, dim, dtype=cx.out_dtype if dtype is not None else None)
+    x = api.cast(input, dtypes.float32)
+    ones = api.full((n, n), 1.0, dtypes.float32)
+    if dim == input.ndim - 1:
+        return fn("matmul")(x, fn("triu")(ones, 0))
+    order = list(range(input.ndim))
+    order[dim], order[-2] = order[-2], order[dim]
+    moved = dim != input.ndim - 2
+    y = fn("matmul")(fn("tril")(ones, 0), fn("permute")(x, *order) if moved else x)
+    return fn("permute")(y, *order) if moved else y
+
+
+def _cumsum_accepts(a):
+    dim = a.get("dim")
+    if isinstance(a.get("input"), torch.fx.Node) and _static_dim(a["input"], dim) is None and not (
+            a.get("_dtype") is not None and a["_dtype"].is_floating_point):
+        return "cumsum of integers along a dynamic dim"
+    return None
 
 
 def _index_select(cx, input, dim, index):
@@ -600,7 +610,8 @@ for _n in ("argmax", "argmin"):
     RULES[getattr(aten, _n).default] = _arg_reduce(_n)
 RULES[aten.max.dim] = _minmax_dim("amax", "argmax")
 RULES[aten.min.dim] = _minmax_dim("amin", "argmin")
-RULES[aten.cumsum.default] = Rule(_cumsum, needs=("cumsum",))
+RULES[aten.cumsum.default] = Rule(_cumsum, needs=("cumsum", "matmul", "tril", "triu", "permute"),
+                                  accepts=_cumsum_accepts)
 RULES[aten.index_select.default] = Rule(_index_select, needs=("index_select",), compute=False)
 RULES[aten.gather.default] = Rule(_gather, needs=("gather",), compute=False)
 RULES[aten.embedding.default] = Rule(_embedding, needs=("index_select",), compute=False)
@@ -614,6 +625,10 @@ RULES[aten.sort.default] = Rule(sort_rules.sort, needs=("sort",))
 RULES[aten.sort.stable] = Rule(sort_rules.sort, needs=("sort",))
 RULES[aten.index_put.default] = Rule(sort_rules.index_put_accumulate, needs=("index_add", "expand"),
                                      accepts=sort_rules.index_put_accepts)
+RULES[aten.convolution.default] = Rule(convolution, needs=("matmul", "concat", "pad", "mul", "add"),
+                                       accepts=convolution_accepts)
+RULES[aten._native_batch_norm_legit_no_training.default] = Rule(batch_norm, needs=("rsqrt", "add", "mul", "sub"),
+                                                                accepts=batch_norm_accepts)
 # ops torch can decompose for us when pypto lacks them (see dynamo.decompositions)
 DECOMPOSABLE = (aten._softmax.default, aten._log_softmax.default, aten.native_layer_norm.default,
                 aten.addmm.default, aten.var.correction)
