@@ -32,6 +32,7 @@ from .compiler import STATS, INCLUDE_DIR
 from .errors import BuildWarning, CpuKernelError, FlagWarning
 from .core_count import cores_to_run
 from .gm_check import build_flags, checked_mode
+from .calls import WarmRun
 from .executor import CpuTask, execute
 from .library import KernelLibrary
 from .units import build_units
@@ -152,10 +153,13 @@ class _Plan:
         self.instances = instances
         self.work: dict | None = None   # kernel name -> host.work.Work, counted at the first run
         self.work_error: str | None = None
+        self.totals: tuple | None = None  # the report's figures every run shares (_report)
         self.written = written          # base buffers some task stores to
         self.reusable = reusable        # workspace bases no output is a view of
         self.spare: dict | None = None  # their tensors, kept from the last run (taken while one runs)
         self.lock = threading.Lock()
+        self.warm: WarmRun | bool | None = None   # the runs after the first (calls.py), made by the
+                                                  # first (False: this plan has none)
 
     def take_workspaces(self) -> dict | None:
         """The previous run's workspace tensors (their pages are warm), unless a run holds them."""
@@ -166,6 +170,10 @@ class _Plan:
     def keep_workspaces(self, tensors: dict) -> None:
         with self.lock:
             self.spare = {n: tensors[n] for n in self.reusable}
+
+    def give_back(self, spare: dict) -> None:
+        with self.lock:
+            self.spare = spare
 
 
 _PLANS: dict[int, tuple] = {}      # id(graph) -> (weakref to it, {(sizes, kernels, machine): _Plan})
@@ -204,6 +212,10 @@ def run_with(kernels: KernelSet, graph: ExecutionGraph, args: dict, env: dict, *
     if graph.scalar_reads:          # the expansion depends on data (pypto.item), not on the sizes alone
         plans = key = None
     plan = plans.get(key) if plans is not None else None
+    if plan is not None and plan.warm:
+        done = _run_warm(plan, graph, args, spec, nthreads, built, setup_s)
+        if done is not None:
+            return done
     buffers = GMBuffers(graph, args, env, poison=False, shapes=plan.shapes if plan else None,
                         workspaces=plan.take_workspaces() if plan else None)
     if plan is None:
@@ -231,6 +243,8 @@ def run_with(kernels: KernelSet, graph: ExecutionGraph, args: dict, env: dict, *
     t0 = time.perf_counter()
     execute(instances, launch, nthreads)
     run_s = time.perf_counter() - t0
+    if plans is not None and plan.warm is None and not buffers.copy_back:
+        plan.warm = WarmRun.prepare(instances, buffers, args, plan.reusable, nthreads) or False
     plan.keep_workspaces(buffers.tensors)
     for name, user, ours in buffers.copy_back:      # only what some task wrote goes back
         if name in plan.written:
@@ -241,32 +255,62 @@ def run_with(kernels: KernelSet, graph: ExecutionGraph, args: dict, env: dict, *
             plan.work = count_work(instances, spec.cores.get("aiv_per_aic", 2))
         except Exception as e:      # noqa: BLE001  the run is done and right: a counting gap is a note
             plan.work, plan.work_error = {}, f"{type(e).__name__}: {e}"
-    report = _report(graph, spec, plan, instances, launch_s, run_s)
+    return outputs, _finish_report(graph, spec, plan, launch_s, run_s, nthreads, built, setup_s,
+                                   "kernel times are their ctypes calls, summed over launches")
+
+
+def _run_warm(plan, graph, args, spec, nthreads, built, setup_s):
+    """A run at the plan's sizes through its WarmRun (calls.py); None when the run does not fit it
+    (the ordinary path runs instead)."""
+    spare = plan.take_workspaces()
+    if spare is None:               # a concurrent run holds them (and the WarmRun's arrays)
+        return None
+    t0 = time.perf_counter()
+    done = plan.warm.run(args, spare)
+    if done is None:
+        plan.give_back(spare)
+        return None
+    run_s = time.perf_counter() - t0
+    outputs, kept, seconds = done
+    plan.give_back(kept)
+    launch_s = {inst.id: s for inst, s in zip(plan.instances, seconds)}
+    return outputs, _finish_report(graph, spec, plan, launch_s, run_s, nthreads, built, setup_s,
+                                   "one call of the prepared launches; kernel times summed over launches")
+
+
+def _finish_report(graph, spec, plan, launch_s, run_s, nthreads, built, setup_s, how) -> Report:
+    report = _report(graph, spec, plan, plan.instances, launch_s, run_s)
     report.notes = [_build_note(built), f"setup {setup_s * 1e3:.1f} ms, run {run_s * 1e3:.2f} ms on "
-                    f"{nthreads} thread(s); kernel times are their ctypes calls, summed over launches"]
+                    f"{nthreads} thread(s); {how}"]
     if plan.work_error:
         report.notes.append(f"bytes, FLOPs and instructions not counted ({plan.work_error})")
     report.notes.extend(graph.notes)             # what the trace chose (frontend.context.note)
     set_last_report(report)
-    return outputs, report
+    return report
 
 
 def _report(graph, spec, plan, instances, launch_s, run_s) -> Report:
+    if plan.totals is None:         # what the plan's runs share: counted once
+        work = {name: dict(launches=w.launches, gm_bytes=w.gm_bytes, cube_flops=w.cube_flops,
+                           vector_ops=w.vector_ops, instructions=w.instructions) for name, w in plan.work.items()}
+        total = list(plan.work.values())
+        cube, vec = sum(w.cube_flops for w in total), sum(w.vector_ops for w in total)
+        plan.totals = (work, dict(tasks=len(instances), blocks=sum(i.block_dim for i in instances),
+                                  flops=cube + vec, cube_flops=cube, vector_ops=vec,
+                                  gm_bytes=sum(w.gm_bytes for w in total),
+                                  min_gm_bytes=minimal_gm_bytes(graph, plan.shapes),
+                                  instructions=sum(w.instructions for w in total)))
+    work, totals = plan.totals
     kernels = {}
     for inst in instances:
-        k = kernels.setdefault(inst.plan.kernel.name, {"wall_s": 0.0})
+        k = kernels.get(inst.plan.kernel.name)
+        if k is None:
+            k = kernels[inst.plan.kernel.name] = {"wall_s": 0.0}
         k["wall_s"] += launch_s.get(inst.id, 0.0)
-    for name, w in plan.work.items():
-        kernels[name].update(launches=w.launches, gm_bytes=w.gm_bytes, cube_flops=w.cube_flops,
-                             vector_ops=w.vector_ops, instructions=w.instructions)
-    total = list(plan.work.values())
-    cube, vec = sum(w.cube_flops for w in total), sum(w.vector_ops for w in total)
-    return Report(backend="cpu", machine=spec.name, tasks=len(instances),
-                  blocks=sum(i.block_dim for i in instances), wall_s=run_s, flops=cube + vec, cube_flops=cube,
-                  vector_ops=vec, gm_bytes=sum(w.gm_bytes for w in total),
-                  min_gm_bytes=minimal_gm_bytes(graph, plan.shapes),
-                  instructions=sum(w.instructions for w in total), kernels=kernels,
-                  decisions=kernel_decisions(graph, spec))
+    for name, w in work.items():
+        kernels[name].update(w)
+    return Report(backend="cpu", machine=spec.name, wall_s=run_s, kernels=kernels,
+                  decisions=kernel_decisions(graph, spec), **totals)
 
 
 def _build_note(built) -> str:

@@ -39,6 +39,7 @@ from ...codegen.launcher import ABI_VERSION
 from ...errors import CompileError
 from ..progress import progress
 from . import compiler
+from .calls import CALLS_SOURCE
 from .compiler import INCLUDE_DIR, STAMP_SOURCE
 
 UNIT_HEADER = "pypto/kernel_unit.hpp"
@@ -79,7 +80,7 @@ def build_units(units: dict, flags=None, distrust: Path | None = None) -> compil
         for rel, (text, members) in groups(texts, share).items():
             kernels = sum(len(units[m].kernels) for m in members)      # a kernel's vector part counts none
             plan[rel.replace("group", f"group{i}_")] = (text, level, kernels)
-    entries = ABI_SOURCE + "".join(u.entries for u in units.values())
+    entries = ABI_SOURCE + CALLS_SOURCE + "".join(u.entries for u in units.values())
     key = compiler.build_key({**{rel: " ".join(f) + "\n" + text for rel, (text, f, _) in plan.items()},
                               STAMP_SOURCE: entries}, flags + ("-include", UNIT_HEADER))
     return compiler.cached_build(key, lambda work: _build(cxx, flags, plan, entries, key, work), distrust)
