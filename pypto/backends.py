@@ -39,6 +39,7 @@ class Compiled:
     options: dict = None
     index_checks: list = None  # runtime.index_bounds: index arguments checked before each run (computed
                                # indices are counted by the run itself: program.index_checks)
+    constants: dict = None     # the program's captured constants by buffer name (found at the first run)
 
     def run(self, inputs, env):
         """-> (outputs in graph.outputs order, report or None)"""
@@ -53,8 +54,10 @@ class Compiled:
         runtime = importlib.import_module(f"pypto.runtime.{self.backend}")
         args = dict(zip(self.program.inputs, inputs))
         # constants captured at trace time (pypto.constant / torch tensors in a traced function)
-        args.update({name: b.data for name, b in self.program.buffers.items()
-                     if b.role == "constant" and b.data is not None and name not in args})
+        if self.constants is None:
+            self.constants = {name: b.data for name, b in self.program.buffers.items()
+                              if b.role == "constant" and b.data is not None}
+        args.update({name: t for name, t in self.constants.items() if name not in args})
         outs, report = runtime.run(self.program, args, env, **_run_options(self.options))
         checked = self.program.index_checks
         if checked:

@@ -312,6 +312,7 @@ class PyptoPartition(torch.nn.Module):
         self.record = record or PartitionRecord(name, [str(n.target) for n in eager.graph.nodes if counted(n)])
         self.last_report = None
         self.checked_sizes: set = set()      # size bindings already compared with eager
+        self.bound: dict = {}                # argument signature -> _bound_sizes
 
     def forward(self, *args):
         if self.compiled is None:
@@ -337,17 +338,16 @@ class PyptoPartition(torch.nn.Module):
         return result
 
     def _run(self, args):
-        from . import symbolic as sym
         conv = self.conv
-        env = conv.bind(args)
+        bound = self._bound_sizes(args)
+        env = bound[0]
         lowered = self.compiled.backend != "reference"
         inputs = [args[i].detach().to(dt) for i, dt in zip(conv.tensor_args, conv.in_dtypes)]
         if lowered:
             inputs = [t.contiguous() for t in inputs]
         outs, self.last_report = self.compiled.run(inputs, env)
-        for k, (t, shape, dt) in enumerate(zip(outs, conv.out_shapes, conv.out_dtypes)):
-            want = sym.evaluate_all(shape, env)
-            if tuple(t.shape) != want or t.dtype != dt.torch_dtype:
+        for k, (t, want, dt) in enumerate(zip(outs, bound[1], conv.out_dtypes)):
+            if t.shape != want or t.dtype != dt.torch_dtype:
                 raise PyptoError(f"output {k} is {t.dtype}{list(t.shape)}, expected {dt.torch_dtype}{list(want)}")
         taken = {args[i].untyped_storage().data_ptr() for i in conv.tensor_args if args[i].numel()}
         results = []
@@ -359,11 +359,25 @@ class PyptoPartition(torch.nn.Module):
                 taken.add(v.untyped_storage().data_ptr())
             results.append(v)
         results = [v.to(dt) for v, dt in zip(results, conv.result_dtypes)]
-        sizes = tuple(sorted(env.items()))
-        if self.opts.checks and sizes not in self.checked_sizes:
+        if self.opts.checks and bound[2] not in self.checked_sizes:
             self._compare_with_eager(args, results)
-            self.checked_sizes.add(sizes)
+            self.checked_sizes.add(bound[2])
         return tuple(results) if conv.returns_tuple else results[0]
+
+    def _bound_sizes(self, args) -> tuple:
+        """(sizes, output shapes, the sizes' key) of a call, bound once per signature of the arguments
+        (tensor shapes, SymInt values)."""
+        from . import symbolic as sym
+        signature = tuple(a.shape if isinstance(a, torch.Tensor) else a for a in args)
+        bound = self.bound.get(signature)
+        if bound is None:
+            env = self.conv.bind(args)
+            bound = (env, [torch.Size(sym.evaluate_all(shape, env)) for shape in self.conv.out_shapes],
+                     tuple(sorted(env.items())))
+            if len(self.bound) >= 64:
+                self.bound.pop(next(iter(self.bound)))
+            self.bound[signature] = bound
+        return bound
 
     def _compare_with_eager(self, args, results):
         expected = self.eager(*args)
