@@ -29,14 +29,37 @@ import collections
 import functools
 import itertools
 import logging
+import sys
 import time
 from dataclasses import dataclass
 
 import torch
 
-from . import backends
-from .errors import PyptoError
-from .ir.dump import TENSOR_STAGES, Dump, dump_root, open_tensor_dump
+from .errors import PyptoError, SourceLoc, _is_internal
+
+
+def _check_real_package() -> None:
+    """A folder named pypto without __init__.py ahead of the installed package on sys.path (the
+    parent folder of a checkout as the working directory) makes `import pypto` an empty namespace
+    package: pypto/__init__.py never runs, no op is registered, and every ATen op would stay in
+    eager as "unknown op". Say so instead."""
+    package = sys.modules[__package__]
+    if getattr(package, "__file__", None) is None:
+        folders = ", ".join(list(getattr(package, "__path__", [])))
+        frame = sys._getframe(1)        # the user's line, past importlib's frames (frozen ones too)
+        while frame is not None and (frame.f_code.co_filename.startswith("<") or _is_internal(frame.f_code.co_filename)):
+            frame = frame.f_back
+        loc = SourceLoc(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name) if frame else None
+        raise PyptoError(f"torch.compile(backend='pypto'): 'import pypto' found a folder without __init__.py "
+                         f"({folders}), an empty namespace package, not the installed pypto, so no pypto op "
+                         f"is registered. Run from another folder (not the parent of a pypto checkout), or "
+                         f"take that folder off sys.path / PYTHONPATH.", loc=loc)
+
+
+_check_real_package()
+
+from . import backends  # noqa: E402  (after the check: pypto's modules need the real package)
+from .ir.dump import TENSOR_STAGES, Dump, dump_root, open_tensor_dump  # noqa: E402
 
 log = logging.getLogger("pypto.dynamo")
 

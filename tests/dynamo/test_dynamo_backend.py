@@ -2,6 +2,7 @@
 fallback on every kind of pypto failure (with a logged reason), never a wrong answer."""
 import importlib.metadata
 import logging
+import os
 import sys
 
 import pytest
@@ -263,3 +264,23 @@ def test_compound_input_sizes_are_solved_or_made_opaque():
     g.output(e)
     conv = fxc.convert(exp_only, "opaque")
     assert [b[2] for b in conv.binders] == ["u0"] and conv.bind([torch.randn(12, 16)]) == {"u0": 12}
+
+
+def test_empty_namespace_package_is_a_clear_error(tmp_path):
+    """Run from a folder holding an empty `pypto/` (the parent of a checkout): `import pypto` is then a
+    namespace package whose __init__ never ran; torch.compile says so at the user's line instead of
+    leaving every op in eager as "unknown op 'matmul'"."""
+    import subprocess
+    (tmp_path / "pypto").mkdir()
+    script = tmp_path / "user_model.py"
+    script.write_text("import torch\n"
+                      "model = torch.nn.Linear(4, 4)\n"
+                      "fast = torch.compile(model, backend='pypto')\n"
+                      "fast(torch.randn(2, 4))\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode != 0
+    assert f"{script}:3:" in run.stderr
+    assert "empty namespace package" in run.stderr and str(tmp_path / "pypto") in run.stderr
+    assert "unknown op" not in run.stderr
