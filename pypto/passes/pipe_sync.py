@@ -9,7 +9,8 @@ Contract (``synchronize(block, machine, resources=...)``):
        machine's ``memory.event_ids`` per pipe pair and no event is set again while an earlier set of it is
        live. The vector pipe's hazards on its own bytes are ``vector_barriers.insert_barriers``'s job, which
        every level runs right after this pass.
-  errors: more event ids than the machine has is a ``pypto.errors.SyncError`` naming the user's line of an
+  errors: more event ids than the machine has, after a retry with coalesced sets and one with one carried
+       event per loop and pipe pair, is a ``pypto.errors.SyncError`` naming the user's line of an
        instruction whose hand-over needs the extra event.
 
 Resources (``block_resources``, the rule every level uses): the bytes of on-chip tiles, split at every tile
@@ -106,8 +107,13 @@ def synchronize(block: Block, machine, resources=None, *, copy_of: dict | None =
     where the extra flags cost more than the earlier start gains). Returns the event ids used per pipe pair."""
     resources = resources or block_resources(block)
     body = block.body
-    for defer in ((True,) if defer_sets else (False, True)):
-        ps = PipeSync(resources, block.name, copy_of, loop_src, defer)
+    # out of event ids: once more with fewer channels, waits later; then once more with one carried event
+    # per loop and pipe pair (a loop's releases at its end's one set: the next iteration's first access of
+    # any of them waits for all, where a slot's own event would let it start early). The flags of a failed
+    # try are gone with its statement lists: the pass builds new lists and keeps the instructions.
+    tries = ((True, False), (True, True)) if defer_sets else ((False, False), (True, False), (True, True))
+    for n, (defer, one_carry) in enumerate(tries):
+        ps = PipeSync(resources, block.name, copy_of, loop_src, defer, one_carry)
         root = Seq(None)
         ps.run(body, root)
         ps.finish(root)
@@ -116,10 +122,8 @@ def synchronize(block: Block, machine, resources=None, *, copy_of: dict | None =
             events = allocate_events(block, ps.chan_of, machine)
             break
         except SyncError:
-            # out of event ids: once more with fewer channels, waits later (the flags of the first try
-            # are gone with its statement lists: the pass builds new lists and keeps the instructions)
             block.body = body
-            if defer:
+            if n == len(tries) - 1:
                 raise
     return events
 
@@ -172,8 +176,9 @@ class Point:
 
 class PipeSync:
     def __init__(self, resources_of, block_name: str, copy_of: dict | None = None, loop_src: dict | None = None,
-                 defer_sets: bool = False):
+                 defer_sets: bool = False, one_carry: bool = False):
         self.resources_of = resources_of      # Instr -> set of resource keys
+        self.one_carry = one_carry            # one carried event per loop and pipe pair (saves event ids)
         self.defer_sets = defer_sets          # coalesce transfers by moving a set later (saves event ids)
         self.block_name = block_name
         self.copy_of = copy_of or {}          # id(stmt) -> which unrolled copy of its loop body it is in
@@ -426,7 +431,7 @@ class PipeSync:
                 # a double buffer's slots get one each, so the next load of a slot waits for its own reader
                 q = x[1] if x[0] == "own" else x[1].dst
                 origin = last[r].origin if last.get(r) is not None else None
-                group = self.copy_of.get(origin, origin)
+                group = None if self.one_carry else self.copy_of.get(origin, origin)
                 loop_id = self.loop_src.get(id(s), id(s))
                 carried.setdefault(("carry", loop_id, q, f, group), []).append(r)
         for key, rs in carried.items():
