@@ -213,7 +213,6 @@ class BlockEmitter:
         for o in tile_ops:
             self.tile_name(o, ins)                  # an undeclared tile raises here
         scalars = [o for o in ins.operands[1:] if not isinstance(o, (str, GMRegion))]
-        dst = self.tiles.get(ins.operands[0]) if isinstance(ins.operands[0], str) else None
         views = self.row_major_views(ins, tile_ops, pad)
         check_instr(ins, spec, [self.tiles[o] for o in tile_ops], set(views))
         views.update(self.row_blocks(ins, tile_ops, pad))
@@ -229,7 +228,7 @@ class BlockEmitter:
             elif p == "s":
                 if not scalars:
                     raise CompileError(f"{ins.op} needs a scalar operand, found {ins.operands}", loc=ins.loc)
-                args.append(self.scalar(scalars[0], dst, ins))
+                args.append(self.scalar(scalars[0], ins, spec))
             elif p == "tmp":
                 args.append(self.tmp_tile(ins, tile_ops[1] if len(tile_ops) > 1 else tile_ops[0]))
             elif p == "cmp":
@@ -326,8 +325,15 @@ class BlockEmitter:
                             f"{INDENT}TASSIGN({name}, 0x{self.addresses[t.name]:05x});"]
         return name
 
-    def scalar(self, value, dst: TileDecl | None, ins: Instr) -> str:
-        floating = dst is not None and dst.dtype.is_floating and ins.op not in ("TTRIL", "TTRIU")
+    def scalar(self, value, ins: Instr, spec) -> str:
+        """The scalar operand as a value of the instruction's element type: its source tile's ("t,t,s":
+        a compare's mask destination says nothing of it) or its destination's (a fill), an integer where the
+        instruction table's domain says so (a triangle's diagonal). Never index math: -1.0 compared with
+        a float tile is a float."""
+        tiles = [o for o in ins.operands if isinstance(o, str)]
+        like = self.tiles.get(tiles[1] if spec.n_tiles > 1 and len(tiles) > 1 else tiles[0]) if tiles else None
+        scalar_domain = spec.domain[spec.n_tiles - 1] if len(spec.domain) >= spec.n_tiles else "any"
+        floating = like is not None and like.dtype.is_floating and scalar_domain != "int"
         if isinstance(value, (float,)) or (isinstance(value, sympy.Basic) and value.is_Float):
             floating = floating or not float(value).is_integer()
         if isinstance(value, sympy.Basic):
