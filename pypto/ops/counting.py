@@ -129,9 +129,11 @@ def _histc_decompose(P, ins, attrs):
         lo_t, hi_t = P.amin(x, 0, keepdim=True), P.amax(x, 0, keepdim=True)
         same = P.eq(lo_t, hi_t)
         lo_t, hi_t = P.where(same, lo_t - 1.0, lo_t), P.where(same, hi_t + 1.0, hi_t)
-    else:       # [1] tensors: a compare with an integral float scalar (0.0) fails to compile on cpu today
-        lo_t, hi_t = P.full((1,), lo, dtypes.float32), P.full((1,), hi, dtypes.float32)
-    pos = P.floor(P.div(P.mul(x - lo_t, float(bins)), hi_t - lo_t))
+        width = hi_t - lo_t
+    else:       # scalars, the range's width rounded as fp32 computes it
+        lo_t, hi_t = float(torch.tensor(lo, dtype=torch.float32)), float(torch.tensor(hi, dtype=torch.float32))
+        width = float(torch.tensor(hi_t, dtype=torch.float32) - torch.tensor(lo_t, dtype=torch.float32))
+    pos = P.floor(P.div(P.mul(x - lo_t, float(bins)), width))
     inside = P.logical_and(P.ge(x, lo_t), P.le(x, hi_t))
     pos = P.minimum(pos, float(bins - 1))
     edges = P.reshape(P.arange(0, bins, 1, dtype=dtypes.float32), (1, bins))
