@@ -199,11 +199,13 @@ def decompositions() -> dict:
 @functools.lru_cache(maxsize=8)
 def _decompositions(extra: tuple) -> dict:
     from torch._decomp import core_aten_decompositions, get_decompositions
+    from .fx.fastpath import DECOMPOSITIONS as FASTPATH_DECOMPOSITIONS
     from .fx.pre_autograd import EXCLUDED_DECOMPOSITIONS
     table = dict(core_aten_decompositions())
     for op in EXCLUDED_DECOMPOSITIONS:
         table.pop(op, None)
     table.update(get_decompositions(list(extra)))
+    table.update(FASTPATH_DECOMPOSITIONS)
     return table
 
 
