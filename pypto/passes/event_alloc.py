@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..ir.block import For, If, Instr, SetFlag, WaitFlag, walk
+from ..ir.block import For, If, Instr, PipeBarrier, SetFlag, WaitFlag, walk
+from ..ir.isa import Pipe
 
 from ..errors import SyncError
 
@@ -142,9 +143,13 @@ def _first_loc(occ, colors):
     return None
 
 
-def allocate_events(block, chan_of: dict, machine) -> dict:
+def allocate_events(block, chan_of: dict, machine, serialise: bool = False) -> dict:
     """Give every channel of ``chan_of`` (id(SetFlag/WaitFlag) -> Channel) an event id, write it into the
-    block's flags and return the number of ids used per pipe pair ("src->dst")."""
+    block's flags and return the number of ids used per pipe pair ("src->dst").
+
+    ``serialise`` (the last resort, when ids ran out otherwise): a forward channel of the program root that
+    finds no free id reuses one whose channels were all waited earlier in the root list, behind a
+    ``pipe_barrier(S)`` (PIPE_ALL: every pipe drains, those waits included) right before its set."""
     occ = defaultdict(list)
     _occurrences(block.body, chan_of, occ, (block.body, False))
     channels = list(occ)                               # first appearance order
@@ -183,6 +188,19 @@ def allocate_events(block, chan_of: dict, machine) -> dict:
         return region.before(wb, region.node(forward[a][2], 1))
 
     limit = machine.memory["event_ids"]
+    root_pos = {id(x): i for i, x in enumerate(block.body)}
+    barriers = []                                      # sets that get a PIPE_ALL barrier before them
+
+    def waited_before(ch, members) -> bool:
+        f = forward.get(ch)
+        if f is None or f[1][1] or f[1][0] is not block.body:
+            return False
+        for other in members:
+            fo = forward.get(other)
+            if fo is None or fo[1][1] or fo[1][0] is not block.body or root_pos[id(fo[3])] > root_pos[id(f[2])]:
+                return False
+        return True
+
     per_pair = defaultdict(list)                       # (src, dst) -> [[channels of event 0], ...]
     for ch in channels:
         colors = per_pair[(ch.src, ch.dst)]
@@ -192,14 +210,25 @@ def allocate_events(block, chan_of: dict, machine) -> dict:
                 ch.event = i
                 break
         else:
-            ch.event = len(colors)
-            colors.append([ch])
+            reuse = [i for i, members in enumerate(colors) if waited_before(ch, members)] \
+                if serialise and len(colors) >= limit else []
+            if reuse:
+                ch.event = reuse[0]
+                colors[reuse[0]].append(ch)
+                barriers.append(forward[ch][2])
+            else:
+                ch.event = len(colors)
+                colors.append([ch])
     for (src, dst), colors in per_pair.items():
         if len(colors) > limit:
             raise SyncError(f"{block.name}: automatic synchronisation needs {len(colors)} event ids for "
                             f"{src} -> {dst}, the machine has {limit}", _first_loc(occ, colors[limit:]),
                             hint="use fewer buffer slots handed between these pipes, or synchronise by hand "
                                  "(pl.system.sync_src / sync_dst)")
+    for set_stmt in barriers:
+        i = next(i for i, x in enumerate(block.body) if x is set_stmt)
+        if not (i > 0 and isinstance(block.body[i - 1], PipeBarrier) and block.body[i - 1].pipe == Pipe.S):
+            block.body.insert(i, PipeBarrier(Pipe.S, loc=set_stmt.loc))
     for s in walk(block.body):
         if isinstance(s, (SetFlag, WaitFlag)):
             s.event = chan_of[id(s)].event

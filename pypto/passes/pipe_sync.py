@@ -119,7 +119,7 @@ def synchronize(block: Block, machine, resources=None, *, copy_of: dict | None =
         ps.finish(root)
         block.body = root.materialize()
         try:
-            events = allocate_events(block, ps.chan_of, machine)
+            events = allocate_events(block, ps.chan_of, machine, serialise=n == len(tries) - 1)
             break
         except SyncError:
             block.body = body

@@ -71,3 +71,35 @@ def test_one_carried_event_when_the_machine_has_fewer_ids():
 def test_one_id_per_pair_is_enough():
     blk = block(HEAD + BODY)
     assert synchronize(blk, _machine(1)) == {"V->MTE2": 1, "MTE3->V": 1, "MTE2->V": 1, "V->MTE3": 1}
+
+
+def test_straight_line_reuses_an_id_behind_a_full_barrier():
+    """Nothing orders the two loads' hand-overs (MTE2 may set b's flag before the vector pipe waited a's)
+    and the machine has one id: the second set reuses ev0 behind a pipe_barrier(S) (PIPE_ALL), by which
+    the first wait was consumed. Serialised, never a SyncError."""
+    head = """
+block k  core=AIV  args(x: gm f32[16, 64], y: gm f32[16, 64])
+  tile a : ub f32[8, 64] @0x00000
+  tile b : ub f32[8, 64] @0x00800
+"""
+    text = head + """
+  TLOAD  a, x[0, 0]
+  TABS   a, a
+  TLOAD  b, x[8, 0]
+  TABS   b, b
+"""
+    blk = block(text)
+    assert synchronize(blk, _machine(2)) == {"MTE2->V": 2}          # fits: no barrier
+    blk = block(text)
+    assert synchronize(blk, _machine(1)) == {"MTE2->V": 1}
+    assert_text(blk, head + """
+  TLOAD          a, x[0, 0]                                MTE2
+  set_flag       MTE2 -> V  ev0
+  wait_flag      MTE2 -> V  ev0
+  TABS           a, a                                      V
+  TLOAD          b, x[8, 0]                                MTE2
+  pipe_barrier   S
+  set_flag       MTE2 -> V  ev0
+  wait_flag      MTE2 -> V  ev0
+  TABS           b, b                                      V
+""")
