@@ -16,7 +16,8 @@ pipe): a pipe's statements are ordered, a set reaches the wait that consumes it,
 loop or branch contributes one node per pipe it uses and no cross-pipe edges (fewer edges, never a
 false one). Channels A before B share when wait_A precedes set_B and, in a loop body, wait_B
 precedes the next iteration's set_A. Everything else gets an id of its own; more ids than the
-machine has (MachineSpec.memory.event_ids per pipe pair) is a SyncError.
+machine has (MachineSpec.memory.event_ids per pipe pair) is a SyncError, unless the caller asks to
+serialise (``allocate_events``) and the channels over the limit are in the program root.
 """
 from __future__ import annotations
 
