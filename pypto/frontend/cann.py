@@ -14,11 +14,11 @@ import builtins
 import enum
 import functools
 import logging
-import threading
 import types
 
 from ..errors import PyptoError
 from . import hints
+from .trace_patch import TracePatch
 
 log = logging.getLogger("pypto.cann")
 
@@ -164,14 +164,23 @@ def jit_options(name: str, host_options=None, codegen_options=None, pass_options
 # The jit traces running on this thread (size_builtins): CANN's size methods and Python's min / max of
 # sizes take pypto's meaning only there, so no other code of the process (another thread, a library, a
 # program outside a trace) sees a changed sympy or builtins.
-_local = threading.local()
-_lock = threading.Lock()           # guards the builtins swap: _installed threads in a trace, _saved
-_installed = 0
-_saved: tuple = ()
+_saved_builtins: list = []         # Python's own min / max while swapped
+
+
+def _swap_builtins():
+    _saved_builtins[:] = [builtins.min, builtins.max]
+    builtins.min, builtins.max = _size_aware(builtins.min, "smin"), _size_aware(builtins.max, "smax")
+
+
+def _restore_builtins():
+    builtins.min, builtins.max = _saved_builtins
+
+
+_PATCH = TracePatch(_swap_builtins, _restore_builtins)
 
 
 def _in_trace() -> bool:
-    return getattr(_local, "depth", 0) > 0
+    return _PATCH.active()
 
 
 class _SizeMethod:
@@ -204,7 +213,7 @@ def _size_methods() -> None:
 _size_methods()
 
 
-class size_builtins:
+def size_builtins() -> TracePatch:
     """While a ``pypto.jit`` function is traced, Python's ``min`` / ``max`` of sizes (``min(off + 64, n)``
     with ``n = x.shape[0]``, as CANN PyPTO programs write them: CANN parses the function, pypto runs it)
     give the symbolic ``pypto.min`` / ``pypto.max`` instead of failing on a sympy comparison. Only a
@@ -212,28 +221,7 @@ class size_builtins:
     is taken; every other call (another thread's included) is Python's own. ``builtins.min`` / ``max``
     are swapped while any thread traces (under a lock, counted per thread) and restored when the last
     trace ends, an exception's included; the thread's depth lets a trace nest in another."""
-
-    def __enter__(self):
-        global _installed, _saved
-        depth = getattr(_local, "depth", 0)
-        if depth == 0:
-            with _lock:
-                if _installed == 0:
-                    _saved = (builtins.min, builtins.max)
-                    builtins.min, builtins.max = _size_aware(_saved[0], "smin"), _size_aware(_saved[1], "smax")
-                _installed += 1
-        _local.depth = depth + 1
-        return self
-
-    def __exit__(self, *exc):
-        global _installed
-        _local.depth -= 1
-        if _local.depth == 0:
-            with _lock:
-                _installed -= 1
-                if _installed == 0:
-                    builtins.min, builtins.max = _saved
-        return False
+    return _PATCH
 
 
 def _size_aware(builtin, which):

@@ -23,7 +23,6 @@ from __future__ import annotations
 import numbers
 import os
 import sys
-import threading
 
 import sympy
 from sympy.core.relational import Relational
@@ -32,10 +31,8 @@ from sympy.logic.boolalg import BooleanFunction
 from ..errors import PyptoError, _is_internal, user_location
 from .conditions import _is_library, call
 from .control import _decide
+from .trace_patch import TracePatch
 
-_local = threading.local()
-_lock = threading.Lock()
-_installed = 0
 _saved: list = []              # (class, attribute, its own previous value or _ABSENT)
 _ABSENT = object()
 _user_file: dict = {}          # co_filename -> whether it is the user's (not pypto / a library / stdlib)
@@ -57,7 +54,7 @@ def _is_user(filename: str) -> bool:
 def _by_user() -> bool:
     """Whether this thread traces and the test is made directly by a frame of the user's code (the
     caller of the hooked special method: C-level comparisons, ``in`` and ``sorted`` add no frame)."""
-    if not getattr(_local, "depth", 0):
+    if not _PATCH.active():
         return False
     frame = sys._getframe(2)
     if frame.f_code is call.__code__:       # bool(n), any(...) in a rewritten body: the user's call
@@ -142,29 +139,12 @@ def _restore():
             setattr(cls, name, own)
 
 
-class guarded:
+_PATCH = TracePatch(_install, _restore)
+
+
+def guarded() -> TracePatch:
     """The scope of one trace on this thread (jit.py); nests."""
-
-    def __enter__(self):
-        global _installed
-        depth = getattr(_local, "depth", 0)
-        if depth == 0:
-            with _lock:
-                if _installed == 0:
-                    _install()
-                _installed += 1
-        _local.depth = depth + 1
-        return self
-
-    def __exit__(self, *exc):
-        global _installed
-        _local.depth -= 1
-        if _local.depth == 0:
-            with _lock:
-                _installed -= 1
-                if _installed == 0:
-                    _restore()
-        return False
+    return _PATCH
 
 
 __all__ = ["guarded"]
