@@ -11,6 +11,7 @@ from typing import Optional
 
 from .reference import Qwen3NextGDNConfig
 
+_GDN = Qwen3NextGDNConfig()          # the linear-attention fields' defaults are the GDN layer's
 LAYER_TYPES = ("linear_attention", "full_attention")
 
 
@@ -21,7 +22,7 @@ def _default_rope() -> dict:
 @dataclass
 class Qwen3NextConfig:
     vocab_size: int = 151936
-    hidden_size: int = 2048
+    hidden_size: int = _GDN.hidden_size
     intermediate_size: int = 5632            # the dense MLP of mlp_only_layers / non-sparse layers
     num_hidden_layers: int = 48
     num_attention_heads: int = 16
@@ -29,15 +30,15 @@ class Qwen3NextConfig:
     head_dim: int = 256
     hidden_act: str = "silu"
     max_position_embeddings: int = 32768
-    rms_norm_eps: float = 1e-6
+    rms_norm_eps: float = _GDN.rms_norm_eps
     tie_word_embeddings: bool = False
     rope_parameters: dict = field(default_factory=_default_rope)
     attention_bias: bool = False
-    linear_conv_kernel_dim: int = 4
-    linear_key_head_dim: int = 128
-    linear_value_head_dim: int = 128
-    linear_num_key_heads: int = 16
-    linear_num_value_heads: int = 32
+    linear_conv_kernel_dim: int = _GDN.linear_conv_kernel_dim
+    linear_key_head_dim: int = _GDN.linear_key_head_dim
+    linear_value_head_dim: int = _GDN.linear_value_head_dim
+    linear_num_key_heads: int = _GDN.linear_num_key_heads
+    linear_num_value_heads: int = _GDN.linear_num_value_heads
     decoder_sparse_step: int = 1
     moe_intermediate_size: int = 512
     shared_expert_intermediate_size: int = 512
