@@ -198,7 +198,9 @@ def allocate_events(block, chan_of: dict, machine, serialise: bool = False) -> d
             return False
         for other in members:
             fo = forward.get(other)
-            if fo is None or fo[1][1] or fo[1][0] is not block.body or root_pos[id(fo[3])] > root_pos[id(f[2])]:
+            # an access outside the root list (root_pos has no entry) is not proven waited: no reuse
+            if fo is None or fo[1][1] or fo[1][0] is not block.body or id(fo[3]) not in root_pos \
+                    or id(f[2]) not in root_pos or root_pos[id(fo[3])] > root_pos[id(f[2])]:
                 return False
         return True
 

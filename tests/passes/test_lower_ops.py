@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import pypto
+import pypto.nn.functional as F
 from pypto.ops import REGISTRY
 from .passes_helpers import rand, sim_vs_reference
 
@@ -14,6 +15,11 @@ IDX = torch.tensor([3, 0, 5, 1], dtype=torch.int64)
 GIDX = torch.randint(0, 40, (6, 7), generator=torch.Generator().manual_seed(3))
 
 CASES = {
+    "argsort": (lambda x: pypto.argsort(x, dim=-1), (X,)),
+    "one_hot": (lambda i: F.one_hot(i, 8), (torch.tensor([[0, 3, 7], [5, 5, 1]]),)),
+    "bincount": (lambda i: pypto.bincount(i, minlength=8), (torch.tensor([0, 3, 7, 5, 5, 1]),)),
+    "histc": (lambda x: pypto.histc(x, bins=5, min=-1.0, max=1.0), (X,)),
+    "index_add": (lambda x, s: pypto.index_add(x, 0, torch.tensor([1, 0, 1]), s), (X[:3], X[3:6])),
     "transpose": (lambda x: pypto.transpose(x, 0, 1) * 2, (X,)),
     "transpose_out": (lambda x: pypto.transpose(x, 0, 1), (X,)),
     "permute": (lambda x: x.reshape(2, 3, 40).permute(1, 0, 2) + 1, (X,)),

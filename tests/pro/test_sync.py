@@ -132,7 +132,7 @@ def test_every_set_is_waited_on_every_path():
 
 def test_event_limit_is_checked():
     """Ten tiles handed from V to MTE3 in straight-line code need ten live events: more than the
-    machine's eight, reported as such (with the pipe pair and the limit); eight are fine."""
+    machine's eight: the allocator serialises (a barrier before reusing an id) and the answer is right; eight fit."""
     def many(x: pl.Tensor[[pl.DYNAMIC, 128], F16], z: pl.Tensor[[pl.DYNAMIC, 128], F16], n):
         t = pl.TileType([16, 128], F16, VEC)
         tiles = [pl.make_tile(t, addr=i * 0x1000) for i in range(n)]
@@ -145,8 +145,9 @@ def test_event_limit_is_checked():
     x = torch.randn(160, 128, dtype=torch.float16)
     z = torch.zeros_like(x)
     k = pl.jit(many)
-    with pytest.raises(pl.SyncError, match="10 event ids for V -> MTE3, the machine has 8"):
-        k.compile(x, z, 10)
+    k[None, 1](x, z, 10)              # ten live events on eight ids: serialised (event_alloc's last resort)
+    torch.testing.assert_close(z, x.abs())
+    z.zero_()
     k[None, 1](x, z, 8)
     torch.testing.assert_close(z[:128], x[:128].abs())
     assert max(k.compile(x, z, 8).events["many_aiv"].values()) == 8
