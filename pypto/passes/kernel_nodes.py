@@ -7,7 +7,9 @@ Buffers (called from passes/tiling.py):
   view of it included), else copied into a contiguous workspace first;
 * an argument it writes gets a workspace of its own, which holds the node's result afterwards (the
   kernel may read the old value, and may write only part of it): the old value is stored there by its
-  producer when the node is its only reader (``plan``), else copied there.
+  producer when the node is its only reader (``plan``), else copied there; except where the result is the
+  argument's new value built in its own buffer (an out-param, a loop-carried tensor) and the node is the
+  only reader of the old value: then the kernel updates that buffer in place (``_own_buffer``).
 The Task declares no regions: its accesses are the kernel's loads and stores of the bound buffers
 (runtime/host/control.py), the whole of each, so the host runtime orders it against every other task.
 """
@@ -34,14 +36,55 @@ def plan(body, n) -> None:
     g = body.g
     node = node_of(g, n)
     ins = g.node(n)["inputs"]
+    results = {g.node(u)["attrs"]["index"]: u for u in g.users(n) if g.op(u) == "kernel_result"}
     homes = []
-    for p in node.outputs:
+    for j, p in enumerate(node.outputs):
+        if p in node.fresh:
+            homes.append(_fresh_home(body, node, p, results.get(j)))
+            continue
         src = ins[node.params.index(p)]
-        info = g.info(src)
-        acc = body.scope.workspace(f"{node.name}_{p}", info.shape, info.dtype)
+        acc = _own_buffer(body, n, src, results.get(j))
+        if acc is None:
+            info = g.info(src)
+            acc = body.scope.workspace(f"{node.name}_{p}", info.shape, info.dtype)
+            body.store_straight_into(src, n, acc)
         homes.append(acc)
-        body.store_straight_into(src, n, acc)
     body.kernel_homes[n] = homes
+
+
+def _fresh_home(body, node, p, result):
+    """Where an output-only param (``KernelNode.fresh``: written whole) is built: the buffer its result is
+    wanted in when that is a whole one (a graph output), else a workspace."""
+    want = body.wants.get(result) if result is not None else None
+    if want and want[0].is_full:
+        acc = want.pop(0)
+        if not want:
+            del body.wants[result]
+        return acc
+    info = node.fresh[p]
+    return body.scope.workspace(f"{node.name}_{p}", info.shape, info.dtype)
+
+
+def _own_buffer(body, n, src, result):
+    """The argument's own buffer, written in place by the kernel, when the kernel's result is the written
+    argument's new value (an out-param or a loop-carried tensor, passes/out_params.py: the buffer is in the
+    result's wants, or the result is copied there at the end) and the kernel is the only reader of the old
+    value: a decode step updating a state pool then moves no copy of the pool. Else None (a workspace)."""
+    g = body.g
+    home = body.storage.get(src)
+    if result is None or home is None or not home.is_full or any(u != n for u in g.users(src)):
+        return None
+    others = [body.storage.get(i) for i in g.node(n)["inputs"] if i != src]
+    if any(a is not None and a.buffer == home.buffer for a in others):
+        return None                       # the same buffer also read through another argument
+    want = body.wants.get(result)
+    if want and _same(want[0], home):
+        return home
+    late = [k for k, (f, acc) in enumerate(body.late) if f == result and _same(acc, home)]
+    if late:                              # out_params would copy it back at the end: no reader needs the old value
+        del body.late[late[0]]
+        return home
+    return None
 
 
 def emit(body, n) -> None:
@@ -50,7 +93,7 @@ def emit(body, n) -> None:
     node = node_of(g, n)
     build = node.build(body.scope.machine)
     homes = body.kernel_homes[n]
-    gm_args = {}
+    gm_args = {p: homes[node.outputs.index(p)].buffer for p in node.fresh}
     for p, src in zip(node.params, gnode["inputs"]):
         if p in node.outputs:
             acc = homes[node.outputs.index(p)]
