@@ -217,7 +217,11 @@ def build_programs(config: Qwen3NextConfig, dt, rows_per_chunk: int = ROWS_PER_C
     H, E, k, I = c.hidden_size, c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size
     DYN = pypto.DYNAMIC
 
-    @pypto.jit(name="moe_dispatch", **jit_options)
+    # the dispatch's counts and offsets are the experts program's trip counts, data its control program reads:
+    # computed even in a timing-only run (which would give meta tensors), so that the experts program can run
+    dispatch_options = dict(jit_options, timing_only=False)
+
+    @pypto.jit(name="moe_dispatch", **dispatch_options)
     def dispatch(x: pypto.Tensor[[DYN, H], dt], router_weight: pypto.Tensor[[E, H], dt]):
         logits, weights, ids = route(x, router_weight, k, c.norm_topk_prob)
         counts, offsets, rows, token_of_row = dispatch_plan(ids, E)
