@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from .errors import PyptoError
+from .errors import IndexOutOfRangeError, PyptoError
 
 _state = {"backend": "sim"}
 KNOWN = ("reference", "sim", "cpu", "npu")
@@ -58,7 +58,13 @@ class Compiled:
             self.constants = {name: b.data for name, b in self.program.buffers.items()
                               if b.role == "constant" and b.data is not None}
         args.update({name: t for name, t in self.constants.items() if name not in args})
-        outs, report = runtime.run(self.program, args, env, **_run_options(self.options))
+        try:
+            outs, report = runtime.run(self.program, args, env, **_run_options(self.options))
+        except IndexOutOfRangeError as e:
+            if e.loc is not None:
+                raise
+            # a row move's index check (MGATHER / MSCATTER) raised off the caller's thread: at the call
+            raise IndexOutOfRangeError(e.message, hint=e.hint) from None
         checked = self.program.index_checks
         if checked:
             from .runtime.index_bounds import check_counts

@@ -208,6 +208,8 @@ class BlockEmitter:
         if ins.op in _GM_MOVES:
             return self.emit_move_gm(ins, pad, load=_GM_MOVES[ins.op])
         spec = ISA[ins.op]
+        if spec.region in ("gather", "scatter"):
+            return self.emit_indexed_gm(ins, pad)
         sp = spec.cpp
         tile_ops = [o for o in ins.operands if isinstance(o, str)]
         for o in tile_ops:
@@ -400,6 +402,28 @@ class BlockEmitter:
         callee = ISA[ins.op].cpp.callee
         call = f"{callee}({tname}, {box});" if load else f"{callee}({box}, {tname});"
         self.lines.append(f"{pad}{call}{_loc_comment(ins.loc)}")
+
+    def emit_indexed_gm(self, ins: Instr, pad: str):
+        """MGATHER (rows tile, region, index tile) / MSCATTER (region, rows tile, index tile): pypto's
+        kernel_support.hpp moves the rows, checking each index."""
+        region = next((o for o in ins.operands if isinstance(o, GMRegion)), None)
+        tiles = [o for o in ins.operands if isinstance(o, str)]
+        if region is None or len(tiles) != 2:
+            raise CompileError(f"{ins.op} takes a rows tile, a GM region and an index tile, found {ins.operands}",
+                               loc=ins.loc)
+        gm = self.block.gm(region.param)
+        if len(gm.shape) != 2 or len(region.offsets) != 2:
+            raise CompileError(f"{ins.op} moves rows of a 2-D GM tensor; {region.param} has shape {gm.shape}",
+                               loc=ins.loc)
+        self.used_gm.setdefault(region.param, set())            # the pointer and dims; no GlobalTensor view
+        gname, dims = self.names[("gm", region.param)], self.names[("dims", region.param)]
+        rows, idx = (self.tile_name(t, ins) for t in tiles)
+        offsets = ", ".join(self.int_expr(o) for o in region.offsets)
+        site = cpp_string(self.gm_sites[id(ins)])
+        callee = ISA[ins.op].cpp.callee
+        gm_args = f"{gname}, {dims}, {{{offsets}}}"
+        args = f"{rows}, {gm_args}" if ins.op == "MGATHER" else f"{gm_args}, {rows}"
+        self.lines.append(f"{pad}{callee}({args}, {idx}, {site});{_loc_comment(ins.loc)}")
 
     # ------------------------------------------------------------------ valid shapes
     def _valid_loop_deps(self, t: TileDecl) -> set[str]:

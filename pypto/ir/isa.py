@@ -26,10 +26,11 @@ InstrSpec fields (all but the first four have defaults):
                "t,t,s"  dst tile, src tile, scalar            "t,s"  dst tile, scalar
                "t,g"    dst tile, GM region (load)            "g,t"  GM region, src tile (store)
                "t,t,t,t" dst, mask, a, b (select)
+               "t,g,t"  dst tile, GM region, index tile (MGATHER)  "g,t,t"  GM region, src tile, index tile
   kind       timing class: elementwise | transcendental | reduce | scan | expand | cast | move |
              load | store | push | pop (on-chip handoff) | matmul | fill | compare | select
-  semantics  f(dst, srcs, attrs) of isa_semantics (None only for TLOAD / TSTORE / TPUSH / TPOP: the
-             simulator moves the GM box itself)
+  semantics  f(dst, srcs, attrs) of isa_semantics (None only for the GM moves TLOAD / TSTORE / TPUSH /
+             TPOP / MGATHER / MSCATTER: the simulator moves the GM box or rows itself)
   region     region kind (isa_semantics.REGIONS), default "same"
   pipe       Pipe.V (default), Pipe.M, or None: from the data path of its operands (``pipe_of``)
   cpp        Spelling(callee, pattern) where pto-isa differs from "the name, operands in Block IR
@@ -101,7 +102,8 @@ class Spelling:
 
 _DEFAULT_PATTERN = {
     "t,t,t": ("d", "a", "b"), "t,t,s": ("d", "a", "s"), "t,t": ("d", "a"), "t,s": ("d", "s"),
-    "t,t,t,t": ("d", "a", "b", "c"), "t,g": ("d", "a"), "g,t": ("d", "a"),
+    "t,t,t,t": ("d", "a", "b", "c"), "t,g": ("d", "a"), "g,t": ("d", "a"), "t,g,t": ("d", "a", "b"),
+    "g,t,t": ("d", "a", "b"),
 }
 DTYPE_CLASSES = ("all", "float", "int")
 RESULTS = ("same", "mask", "index", "convert")
@@ -272,6 +274,13 @@ _add(InstrSpec("TTRANS", "t,t", "move", sem.transpose, region="trans", pipe=None
      InstrSpec("TMOV", "t,t", "move", sem.copy, pipe=None),
      InstrSpec("TLOAD", "t,g", "load", None, region="load", pipe=None),
      InstrSpec("TSTORE", "g,t", "store", None, region="store", pipe=None))
+# indexed row moves, pto-isa's MGATHER / MSCATTER in row mode: row i of the tile is row idx[i] of the GM
+# tensor (plus the region's row offset; the region's column offset and the tile's valid cols pick the
+# columns), idx an int32 tile [rows, 1] in UB. One DMA descriptor per row (runtime/sim/timing.py). Each
+# index is bounds-checked (sim, cpu): an index outside the tensor is an error, never an access outside it.
+# Duplicate indices in an MSCATTER: the last row written wins (rows move in order).
+_add(InstrSpec("MGATHER", "t,g,t", "load", None, region="gather", pipe=None, ext=True),
+     InstrSpec("MSCATTER", "g,t,t", "store", None, region="scatter", pipe=None, ext=True))
 # on-chip cube <-> vector exchange (a5, machine [cross_core] on_chip): the producer pushes a tile into a FIFO
 # slot in the consumer's buffer (L0C -> UB on FIX, UB -> L1 on MTE3), the consumer pops it (its tile is the
 # slot: no transfer). pto-isa's TPUSH / TPOP carry their flags in a TPipe object; in Block IR the flags are

@@ -274,6 +274,12 @@ def _move(v, n):
     return ((v[0], v[1]),)
 
 
+def _indexed(v, n):
+    """MGATHER / MSCATTER: the rows tile over its valid shape, the index tile over the same rows."""
+    return ((v[0], v[1]), (v[2], v[3]))
+
+
 REGIONS = {"same": _same, "rowexpand": _rowexpand, "colexpand": _colexpand, "rowbcast": _rowbcast,
            "colbcast": _colbcast, "rowreduce": _rowreduce, "colreduce": _colreduce, "trans": _trans,
-           "fill": _fill, "matmul": _matmul, "load": _move, "store": _move}
+           "fill": _fill, "matmul": _matmul, "load": _move, "store": _move,
+           "gather": _indexed, "scatter": _indexed}

@@ -40,12 +40,14 @@ class KernelBuild:
 
 class KernelNode:
     """The interface a front end's kernel call implements (see the module docstring). ``params``: the
-    kernel's tensor params in node-input order; ``outputs``: those it writes, in result order; ``level``:
+    kernel's tensor params in node-input order; ``outputs``: those it writes, in result order (a param in
+    ``fresh`` is an output only: the kernel writes all of it, so it has no old value to pass); ``level``:
     "pro" or "tile" (the report's decisions name it)."""
     name: str = "kernel"
     level: str = "kernel"
     params: tuple = ()
     outputs: tuple = ()
+    fresh: dict = {}           # written params that are not inputs (written whole): param -> ValueInfo
     loc: SourceLoc | None = None
 
     def build(self, machine) -> KernelBuild:

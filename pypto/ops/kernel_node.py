@@ -22,14 +22,14 @@ def _kernel_infer(ins, attrs):
     if len(ins) != len(node.params):
         raise ShapeError(f"kernel {node.name} takes {len(node.params)} tensors ({', '.join(node.params)}), "
                          f"found {len(ins)}", loc=node.loc)
-    by_param = dict(zip(node.params, ins))
+    by_param = dict(zip(node.params, ins)) | dict(node.fresh)
     return [ValueInfo(tuple(by_param[p].shape), by_param[p].dtype, p) for p in node.outputs]
 
 
 def _kernel_ref(ins, attrs):
     node = attrs["kernel"]
     tensors = dict(zip(node.params, ins))
-    if any(t.device.type == "meta" for t in ins):
+    if any(t.device.type == "meta" for t in ins) and not node.fresh:
         return [torch.empty_like(tensors[p]) for p in node.outputs]
     # the kernel writes its arguments in place: give it copies, so the node's inputs keep their values
     tensors = {p: (t.clone() if p in node.outputs else t) for p, t in tensors.items()}

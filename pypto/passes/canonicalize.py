@@ -7,7 +7,9 @@
   reduction would);
 * ``argmax`` over the whole of a tensor of rank > 1 reduces its flattened form;
 * ``cumsum`` and ``argmax`` along a dim too long for one tile run blockwise (``wide_scans``);
-* ``index_select`` and ``gather`` become a select against a generated index and a sum over it
+* ``index_select`` along dim 0 and a 1-D ``scatter`` without reduce become row moves by indexed DMA
+  (row_moves.py: MGATHER / MSCATTER, linear in the rows moved; each index checked where it is used);
+* other ``index_select`` and ``gather`` become a select against a generated index and a sum over it
   (exact: one term is the value, the others zero), so they run on the vector unit without
   data-dependent addressing; where their indices are computed in the traced function (not an
   argument, which the host checks), an extra output counts those out of range (index_checks.py);
@@ -25,6 +27,7 @@ from ..ir.tensor_graph import TensorGraph
 from .index_checks import INDEX_OPS, add_check_outputs, index_position, out_of_range_count
 from .iterspace import is_one
 from .rewrite import rebuild
+from .row_moves import gather_rows, scatter_rows
 from .wide_scans import argmax_rule, blocked_argmax, cumsum_rule
 
 EXACT_WIDENING = {(dtypes.float16, dtypes.float32), (dtypes.bfloat16, dtypes.float32),
@@ -113,6 +116,9 @@ def _onehot_sum(sel, dim, out_dt):
 
 
 def _index_select(g, nid, ins):
+    rows = gather_rows(g, nid, ins)
+    if rows is not None:
+        return rows
     x, idx = ins
     d = g.node(nid)["attrs"]["dim"]
     v = x.shape[d]
@@ -147,6 +153,9 @@ def _gather(g, nid, ins):
 
 
 def _scatter(g, nid, ins):
+    rows = scatter_rows(g, nid, ins)
+    if rows is not None:
+        return rows
     a = g.node(nid)["attrs"]
     x, idx = ins[0], ins[1]
     src = ins[2] if len(ins) == 3 else None

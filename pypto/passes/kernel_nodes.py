@@ -39,6 +39,9 @@ def plan(body, n) -> None:
     results = {g.node(u)["attrs"]["index"]: u for u in g.users(n) if g.op(u) == "kernel_result"}
     homes = []
     for j, p in enumerate(node.outputs):
+        if p in node.fresh:
+            homes.append(_fresh_home(body, node, p, results.get(j)))
+            continue
         src = ins[node.params.index(p)]
         acc = _own_buffer(body, n, src, results.get(j))
         if acc is None:
@@ -47,6 +50,19 @@ def plan(body, n) -> None:
             body.store_straight_into(src, n, acc)
         homes.append(acc)
     body.kernel_homes[n] = homes
+
+
+def _fresh_home(body, node, p, result):
+    """Where an output-only param (``KernelNode.fresh``: written whole) is built: the buffer its result is
+    wanted in when that is a whole one (a graph output), else a workspace."""
+    want = body.wants.get(result) if result is not None else None
+    if want and want[0].is_full:
+        acc = want.pop(0)
+        if not want:
+            del body.wants[result]
+        return acc
+    info = node.fresh[p]
+    return body.scope.workspace(f"{node.name}_{p}", info.shape, info.dtype)
 
 
 def _own_buffer(body, n, src, result):
@@ -77,7 +93,7 @@ def emit(body, n) -> None:
     node = node_of(g, n)
     build = node.build(body.scope.machine)
     homes = body.kernel_homes[n]
-    gm_args = {}
+    gm_args = {p: homes[node.outputs.index(p)].buffer for p in node.fresh}
     for p, src in zip(node.params, gnode["inputs"]):
         if p in node.outputs:
             acc = homes[node.outputs.index(p)]

@@ -36,7 +36,7 @@ def _ranges(block: Block, ins: Instr):
     if ins.spec.kind == "store":
         return [rng(tiles[0])], []
     if ins.spec.kind == "load":
-        return [], [rng(tiles[0])]
+        return [rng(t) for t in tiles[1:]], [rng(tiles[0])]         # MGATHER reads its index tile
     reads = [rng(t) for t in tiles[1:]]
     writes = [rng(tiles[0])]
     if ins.op == "TMATMUL_ACC":

@@ -46,7 +46,7 @@ class Case:
 
 def vector_ops(dtype, skip=()) -> list[str]:
     """The vector instructions of the table that take ``dtype`` (GM moves and cube ones apart)."""
-    return [n for n, s in ISA.items() if s.region not in ("load", "store") and n not in CUBE
+    return [n for n, s in ISA.items() if s.region not in ("load", "store", "gather", "scatter") and n not in CUBE
             and dtype in DTYPES[s.dtypes] and n not in skip]
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 import re
 
+from ...errors import IndexOutOfRangeError
 from ...ir import gm_bounds
+from ..sim.indexed import row_index_text
 from ...ir.block import CoreType
 from . import compiler
 from .errors import CpuKernelError
@@ -39,9 +41,34 @@ def _ints(text: str) -> tuple:
     return tuple(int(x) for x in text.split(",") if x.strip())
 
 
+_ROW_FAILURE = re.compile(r"row index outside its tensor at site (AIC|AIV):(\d+): index (-?\d+) at row (-?\d+), "
+                          r"rows (-?\d+), columns (-?\d+):(-?\d+) of (-?\d+)")
+
+
+def _row_error(kernel, m):
+    """An MGATHER / MSCATTER index (or its columns) outside its tensor, worded as the sim words it."""
+    block = kernel.block(CoreType(m.group(1)))
+    sites = gm_bounds.access_sites(block) if block is not None else []
+    n = int(m.group(2))
+    if n >= len(sites):
+        return None
+    ins = sites[n]
+    index, row, rows, c0, c1, width = (int(m.group(k)) for k in range(3, 9))
+    param = next(o.param for o in ins.operands if hasattr(o, "param"))
+    verb = "writes" if ins.spec.kind == "store" else "reads"
+    if row >= 0:
+        return IndexOutOfRangeError(row_index_text(ins, index, row, rows, param))
+    return CpuKernelError(f"{ins.op}: columns {c0}:{c1} of {width}, or the index tile's valid rows, do not fit "
+                          f"{param} ({verb}); `{gm_bounds.instr_text(ins)}` (block {block.name})",
+                          loc=ins.loc or kernel.loc)
+
+
 def bounds_error(kernel, text: str) -> CpuKernelError | None:
     """The error for a bounds failure ``text`` of ``kernel`` (a Block IR Kernel), or None when the
     text is no bounds failure or the kernel is not at hand."""
+    rm = _ROW_FAILURE.search(text)
+    if rm is not None and kernel is not None:
+        return _row_error(kernel, rm)
     m = _FAILURE.search(text)
     if m is None or kernel is None:
         return None

@@ -30,7 +30,7 @@ def kernel_accesses(kernel) -> tuple[set, set]:
         for ins in b.instructions():
             for o in ins.operands:
                 if hasattr(o, "param"):
-                    (writes if ins.spec.region == "store" else reads).add(o.param)
+                    (writes if ins.spec.region in ("store", "scatter") else reads).add(o.param)
     return reads, writes
 
 

@@ -63,10 +63,10 @@ def _terms(s: Instr, block: Block) -> tuple:
         terms.append((2, 2 * m * n * k))
     elif spec.kind in ("push", "pop"):           # on-chip handoff (a5): no GM traffic
         pass
-    elif spec.region in ("load", "store"):
+    elif spec.region in ("load", "store", "gather", "scatter"):
         gm = next(o for o in s.operands if isinstance(o, GMRegion))
         rows, cols = valid[0]
-        terms.append((0 if spec.region == "load" else 1, rows * cols * block.gm(gm.param).dtype.itemsize))
+        terms.append((0 if spec.kind == "load" else 1, rows * cols * block.gm(gm.param).dtype.itemsize))
     elif s.pipe not in _LOCAL_MOVES:
         rows, cols = valid[1] if spec.region in ("rowreduce", "colreduce") else valid[0]
         terms.append((3, rows * cols))

@@ -35,6 +35,7 @@ import torch
 
 from ...errors import SimError
 from ...ir import gm_bounds
+from . import indexed
 from .functional import TileViews, execute, gm_index, operand_shapes
 from .program import BARRIER, INSTR, SET, WAIT, XSET, XWAIT
 from .timing import NPIPES, PIPES, S_PIPE
@@ -300,7 +301,7 @@ class CoreRun:
             st.vec_ops += elems
         if self.check:
             self.race_check(cop)
-            if nbytes or cop.on_chip:
+            if (nbytes or cop.on_chip) and cop.region not in indexed.REGIONS:   # indexed rows: data (indexed.py)
                 self.gm_check(cop, vals)
         if self.functional:
             execute(self.views, self.gm, cop, vals, self.state.gm_arrays)

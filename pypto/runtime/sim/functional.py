@@ -13,6 +13,7 @@ import torch
 from ...errors import SimError
 from ...ir import gm_bounds
 from ...ir.isa_semantics import REGIONS
+from . import indexed
 
 
 def fits_source(cop) -> str:
@@ -47,6 +48,8 @@ def operand_shapes(cop, vals):
 def gm_index(cop, vals, shape):
     """The index of the GM box an instruction reads or writes in a tensor of ``shape``; a box that
     breaks the bounds rule (pypto.ir.gm_bounds) raises."""
+    if cop.region in indexed.REGIONS:
+        raise indexed.fit_error(cop, vals, shape)
     base = 2 * cop.n_tiles
     offsets, extents, one_d = gm_bounds.box(vals[base:base + cop.gm_rank], vals[0], vals[1], cop.trans)
     dims = gm_bounds.shape_view(shape, one_d)
@@ -111,6 +114,9 @@ def execute(tv: TileViews, gm: dict, cop, vals, arrays: GMArrays):
     allows (core.py checks both first): ``tv`` the core's tile views, ``gm`` the kernel's GM tensors
     by param name."""
     region = cop.region
+    if region in indexed.REGIONS:
+        indexed.execute(tv, gm, cop, vals, arrays)
+        return
     if region == "load" or region == "store":
         t = gm[cop.gm_param]
         r, c = vals[0], vals[1]

@@ -16,6 +16,7 @@ from ...ir.block import (Block, CoreType, CrossCoreSetFlag, CrossCoreWaitFlag, F
 from ...ir.block_printer import _fmt_operand
 from ...ir.isa import ISA, MemSpace, Pipe, pipe_of
 from ..host.exprs import constant, free_names, ident, to_source
+from . import indexed
 from .functional import fits_source, gm_fits_source, operand_shapes
 from .timing import PIPE_INDEX, CostModel
 
@@ -117,7 +118,7 @@ class CompiledBlock:
             if op.kind == INSTR:
                 op.read_atoms = tuple((t, a) for t in op.reads for a in self.atoms[t])
                 op.write_atoms = tuple((t, a) for t in op.writes for a in self.atoms[t])
-        self.stored_params = frozenset(op.gm_param for op in self.ops if op.kind == INSTR and op.region == "store")
+        self.stored_params = frozenset(op.gm_param for op in self.ops if op.kind == INSTR and op.is_store)
         # the buffer of each tile (by index): declarations of one buffer read what the others wrote
         names = {}
         self.buffer_of = tuple(names.setdefault(t.decl.buffer_name, len(names)) for t in self.tile_list)
@@ -198,7 +199,9 @@ class CompiledBlock:
         cop.n_tiles = len(tiles)
         cop.scalar_at = 2 * len(tiles) + len(gm_offs)
         cop.region = spec_i.region
-        cop.is_store = cop.region == "store"
+        cop.is_store = cop.region in ("store", indexed.SCATTER)
+        if cop.region in indexed.REGIONS and cop.gm_rank != 2:
+            raise self._err(cop, f"{s.op} moves rows of a 2-D GM tensor; {cop.gm_param} has {cop.gm_rank} dims")
         cop.sem = spec_i.semantics
         cop.trans = bool(cop.attrs.get("trans", False)) and s.op == "TLOAD"
         # which pipe the data path implies
@@ -224,8 +227,10 @@ class CompiledBlock:
                 raise self._err(cop, f"{s.op} {attr}={cop.attrs.get(attr)!r} is not one of "
                                      f"{', '.join(map(str, allowed))}")
         # accesses for the race / clobber checks (tile indices)
-        if cop.region == "store":
-            cop.reads, cop.writes = (tiles[0].index,), ()
+        if cop.region in ("store", indexed.SCATTER):
+            cop.reads, cop.writes = tuple(t.index for t in tiles), ()
+        elif cop.region == indexed.GATHER:
+            cop.reads, cop.writes = (tiles[1].index,), (tiles[0].index,)
         elif cop.region == "load":
             cop.reads, cop.writes = (), (tiles[0].index,)
         else:
@@ -245,7 +250,8 @@ class CompiledBlock:
         cop.measure = self.cost.measure_fn(cop)
         cop.nvalid = 2 * len(tiles)
         cop.fits = eval(f"lambda v: {fits_source(cop)}")
-        cop.gm_fits = eval(f"lambda v, s: {gm_fits_source(cop)}") if cop.gm_param else None
+        fit = indexed.cols_fit_source if cop.region in indexed.REGIONS else gm_fits_source
+        cop.gm_fits = eval(f"lambda v, s: {fit(cop)}") if cop.gm_param else None
         return cop, values
 
     def _compile_flag(self, s, block) -> COp:

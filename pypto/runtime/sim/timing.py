@@ -21,6 +21,7 @@ toml overrides them).
 from __future__ import annotations
 
 from ...ir.isa import Pipe
+from . import indexed
 
 PIPES = (Pipe.MTE2, Pipe.MTE1, Pipe.M, Pipe.V, Pipe.MTE3, Pipe.FIX, Pipe.S)
 PIPE_INDEX = {p: i for i, p in enumerate(PIPES)}
@@ -81,6 +82,8 @@ class CostModel:
             return self._on_chip(cop, isz)
         if region in ("load", "store"):
             return self._gm(cop, isz)
+        if region in indexed.REGIONS:
+            return indexed.measure(cop, self.p["dma_issue_cycles"], self.p["burst_bytes"], self.port[pipe])
         if pipe in (Pipe.MTE1, Pipe.FIX, Pipe.MTE3):
             return self._local_move(cop, isz)
         return self._vector(cop, isz)

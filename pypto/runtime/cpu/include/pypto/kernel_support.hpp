@@ -410,6 +410,61 @@ inline void TTRIU(TD& dst, int64_t diagonal)
     detail::fill(dst, [diagonal](size_t r, size_t c) { return int64_t(c) >= int64_t(r) + diagonal ? 1 : 0; });
 }
 
+// ---------------------------------------------------------------- indexed row moves
+// MGATHER / MSCATTER in row mode (pypto/ir/isa.py): row r of the rows tile is row offsets[0] + idx[r]
+// of the 2-D GM tensor `base` (shape dims), columns offsets[1] .. + the tile's valid cols; idx is an
+// int32 tile with one index per valid row. Every build checks each index before its row moves (an
+// index outside the tensor fails, naming the site; nothing outside the tensor is touched); rows move in
+// order, so of duplicate scatter indices the last row wins.
+namespace detail {
+
+[[noreturn]] __attribute__((noinline, cold)) inline void row_outside(const char* site, int64_t index, int64_t row,
+                                                                  int64_t rows, int64_t offset, int64_t cols,
+                                                                  int64_t width)
+{
+    fail(std::string("row index outside its tensor at site ") + site + ": index " + std::to_string(index) +
+         " at row " + std::to_string(row) + ", rows " + std::to_string(rows) + ", columns " +
+         std::to_string(offset) + ":" + std::to_string(offset + cols) + " of " + std::to_string(width));
+}
+
+template <class TR, class TI, class F>
+inline void each_row(const TR& rows_tile, const TI& idx, const int64_t (&dims)[2], const int64_t (&offsets)[2],
+                     const char* site, F move)
+{
+    const int64_t rows = rows_tile.GetValidRow(), cols = rows_tile.GetValidCol();
+    const int64_t avail = dims[0] - offsets[0];
+    if (offsets[0] < 0 || avail < 0 || offsets[1] < 0 || offsets[1] + cols > dims[1] || idx.GetValidRow() != rows)
+        row_outside(site, -1, -1, avail, offsets[1], cols, dims[1]);
+    const auto* ix = idx.data();
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = static_cast<int64_t>(ix[at<TI>(size_t(r), 0)]);
+        if (i < 0 || i >= avail) row_outside(site, i, r, avail, offsets[1], cols, dims[1]);
+        move(size_t(r), (offsets[0] + i) * dims[1] + offsets[1], size_t(cols));
+    }
+}
+
+}  // namespace detail
+
+template <class TD, class T, class TI>
+inline void MGATHER(TD& dst, const T* base, const int64_t (&dims)[2], const int64_t (&offsets)[2], const TI& idx,
+                    const char* site)
+{
+    auto* d = dst.data();
+    detail::each_row(dst, idx, dims, offsets, site, [&](size_t r, int64_t at, size_t cols) {
+        for (size_t c = 0; c < cols; ++c) d[detail::at<TD>(r, c)] = base[at + int64_t(c)];
+    });
+}
+
+template <class T, class TS, class TI>
+inline void MSCATTER(T* base, const int64_t (&dims)[2], const int64_t (&offsets)[2], const TS& src, const TI& idx,
+                     const char* site)
+{
+    const auto* s = src.data();
+    detail::each_row(src, idx, dims, offsets, site, [&](size_t r, int64_t at, size_t cols) {
+        for (size_t c = 0; c < cols; ++c) base[at + int64_t(c)] = s[detail::at<TS>(r, c)];
+    });
+}
+
 // ---------------------------------------------------------------- on-chip handoff (a5)
 // TPUSH / TPOP move a handoff tile into / out of a FIFO slot in the consumer's buffer. Here the slot is
 // the GM box the Block IR names (the FIFO's backing store on a CPU, as in pto-isa's CPU simulation of
