@@ -77,6 +77,24 @@ def test_logits_match_the_reference_and_transformers_through_the_hf_state_dict(t
     assert rel_rms(logits, expected) <= FP32_TOL
 
 
+def test_cpu_forward_then_prefill_and_two_decode_steps_match_the_reference(tiny):
+    """The whole tiny model on the cpu backend (generated C++): the logits of a forward, then a prefill of 9
+    tokens and 2 one-token decode steps through the caches, against the plain-torch model (no transformers)."""
+    cfg, weights = tiny
+    model = build(cfg, weights, "cpu")
+    ids = ids_of(2, 11, cfg.vocab_size, seed=12)
+    expected = forward_ref(ids, weights, cfg)
+    logits = model(ids)
+    assert logits.shape == (2, 11, cfg.vocab_size) and logits.dtype == torch.float32
+    assert rel_rms(logits, expected) <= FP32_TOL
+    caches = model.new_caches(2, 11)
+    steps = [model(ids[:, :9], caches=caches)]
+    for t in (9, 10):
+        steps.append(model(ids[:, t:t + 1], caches=caches, position_ids=torch.full((2, 1), t)))
+        assert rel_rms(steps[-1], expected[:, t:t + 1]) <= FP32_TOL, t
+    assert rel_rms(torch.cat(steps, 1), expected) <= FP32_TOL
+
+
 @pytest.mark.slow
 def test_bf16_is_no_worse_than_transformers_bf16(tiny):
     cfg, weights = tiny
