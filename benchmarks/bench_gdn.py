@@ -1,7 +1,8 @@
 """Gated DeltaNet (Qwen3-Next) benchmark: the pypto kernels against the machine's roofline and torch.
 
-    python benchmarks/bench_gdn.py [--quick] [--skip sim,cpu,compile,layer] [--tensor-lengths 1024] [--png gdn.png]
-                                   [--layer-lengths 1024,4096] [--layer-tensor-lengths 1024]
+    python benchmarks/bench_gdn.py [--quick] [--skip sim,cpu,compile,layer,decode] [--tensor-lengths 1024]
+                                   [--png gdn.png] [--layer-lengths 1024,4096] [--layer-tensor-lengths 1024]
+                                   [--decode-batches 1,32,256]
 
 (a) chunk_gated_delta_rule, timing-only simulation of the a2a3 machine at B=1, T=8192 and 32768,
     H=16, HV=32, K=V=128, bf16: simulated time vs the roofline bound, for the Professional-mode
@@ -20,6 +21,13 @@
         FLOPs = 2 T hidden (conv_dim + value_dim + 2 HV) + 2 T value_dim hidden + the core's FLOPs (a)
         bytes = the projection weights, x read and y written (bf16) + the final state written (fp32)
 
+(e) decode: one step of B sequences (B = 1, 32, 256), default config, bf16, timing-only sim on a2a3: the fused
+    decode kernel (decode_kernel.py: conv update, gates, l2norm, recurrent rule; each sequence's state a slot of
+    a pool, shuffled slots) alone and the whole layer's decode step (layer(x, cache, state_indices)), against
+    the HBM bound of reading and writing the recurrent state once:
+        bound = 2 * B * HV * K * V * 4 bytes / HBM bandwidth (machine file)
+    (the layer also reads its projection weights, about 67 MB in bf16: its own bound is the last column).
+
 A part whose backend or option is not available yet says so in its table instead of a figure.
 """
 from __future__ import annotations
@@ -37,7 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pypto  # noqa: E402
 from models.qwen3_next import Qwen3NextGatedDeltaNet, Qwen3NextGDNConfig  # noqa: E402
-from models.qwen3_next import pro_kernels  # noqa: E402
+from models.qwen3_next import GDNCache, decode_kernel, pro_kernels  # noqa: E402
 from models.qwen3_next.functional import chunk_gated_delta_rule, kernel_function  # noqa: E402
 from models.qwen3_next.reference import chunk_gated_delta_rule_ref  # noqa: E402
 from pypto.runtime import plots  # noqa: E402
@@ -235,6 +243,50 @@ def bench_layer(lengths=(1024, 4096), tensor_lengths=(1024,), C=64):
     console.print(table)
 
 
+def bench_decode(batches=(1, 32, 256)):
+    machine = pypto.load_machine("a2a3")
+    cfg = Qwen3NextGDNConfig()
+    H, HV = cfg.linear_num_key_heads, cfg.linear_num_value_heads
+    K, V, W, D = cfg.linear_key_head_dim, cfg.linear_value_head_dim, cfg.linear_conv_kernel_dim, cfg.conv_dim
+    hbm = machine.memory["hbm_bytes_per_s"]
+    weights = 2 * cfg.hidden_size * (D + cfg.value_dim + 2 * HV) + 2 * cfg.value_dim * cfg.hidden_size
+    table = Table(title="(e) decode step, default config, bf16, timing-only sim on a2a3 (state slots shuffled)")
+    for col in ("B", "state MB r+w", "state bound us", "kernel us", "kernel fraction", "layer us",
+                "layer / state bound", "layer bound us", "layer fraction", "sim cpu s"):
+        table.add_column(col, justify="right")
+    options = {"timing_only": True, "machine": "a2a3"}
+    layer = Qwen3NextGatedDeltaNet(cfg, dtype=torch.bfloat16).compile(backend="sim", **options)
+    for B in batches:
+        state_bytes = 2 * B * HV * K * V * 4
+        bound = state_bytes / hbm * 1e6
+        layer_bound = (state_bytes + weights) / hbm * 1e6
+        row = [str(B), f"{state_bytes / 1e6:.1f}", f"{bound:.1f}"]
+        idx = torch.randperm(B, generator=torch.Generator().manual_seed(0)).to(torch.int32)
+        conv = torch.zeros(B, D, W - 1, dtype=torch.bfloat16)
+        state = torch.zeros(B, HV, K, V)
+        t0 = time.process_time()
+        try:
+            z = torch.zeros
+            decode_kernel.fused_recurrent_decode(z(B, D, dtype=torch.bfloat16), z(B, HV, dtype=torch.bfloat16),
+                                                 z(B, HV, dtype=torch.bfloat16), z(D, W, dtype=torch.bfloat16),
+                                                 z(HV), z(HV), conv, state, idx, num_key_heads=H, backend="sim",
+                                                 jit_options=options)
+            k_us = pypto.last_report().time_us
+            row += [f"{k_us:.1f}", f"{bound / k_us:.3f}"]
+        except Exception as e:  # noqa: BLE001 - the table says why
+            row += ["unavailable", why(e)]
+        try:
+            layer(torch.zeros(B, 1, cfg.hidden_size, dtype=torch.bfloat16), GDNCache(conv, state), state_indices=idx)
+            l_us = pypto.last_report().time_us
+            how = "" if layer.core_impl[0] == "pro" else f" (fallback: {layer.core_impl[1]})"
+            row += [f"{l_us:.1f}{how}", f"{bound / l_us:.3f}", f"{layer_bound:.1f}", f"{layer_bound / l_us:.3f}"]
+        except Exception as e:  # noqa: BLE001
+            row += ["unavailable", why(e), "-", "-"]
+        row.append(f"{time.process_time() - t0:.1f}")
+        table.add_row(*row)
+    console.print(table)
+
+
 def _count_nodes(graph) -> int:
     n = 0
     for nid in graph.nodes():
@@ -248,13 +300,14 @@ def _count_nodes(graph) -> int:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="(a) at T=8192 only, (b) at T=1024")
-    p.add_argument("--skip", default="", help="comma-separated parts to skip: sim, cpu, compile, layer")
+    p.add_argument("--skip", default="", help="comma-separated parts to skip: sim, cpu, compile, layer, decode")
     p.add_argument("--layer-lengths", default="1024,4096", help="(d): comma-separated T of the layer with its "
                    "default core (the pl kernel node)")
     p.add_argument("--layer-tensor-lengths", default="1024", help="(d): comma-separated T of the layer with the "
                    "Tensor-level core ('' for none)")
     p.add_argument("--tensor-lengths", default="1024",
                    help="(a): comma-separated T at which the Tensor-level kernels are simulated too ('' for none)")
+    p.add_argument("--decode-batches", default="1,32,256", help="(e): comma-separated batch sizes of the decode step")
     p.add_argument("--png", default=None, help="(a): save a roofline chart of the runs here (needs pypto[plot])")
     args = p.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
@@ -268,6 +321,8 @@ def main(argv=None):
     if "layer" not in skip:
         ints = lambda text: tuple(int(t) for t in text.split(",") if t)  # noqa: E731
         bench_layer(ints(args.layer_lengths) if not args.quick else (1024,), ints(args.layer_tensor_lengths))
+    if "decode" not in skip:
+        bench_decode(tuple(int(t) for t in args.decode_batches.split(",") if t))
 
 
 if __name__ == "__main__":

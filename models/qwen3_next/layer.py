@@ -7,10 +7,14 @@
     y         = out_proj(RMSNorm(o) * norm.weight * SiLU(z))
 
 The chunked rule (prefill) is the Professional-mode kernel ``pro_kernels`` called as one node of the traced
-forward on sim and cpu where ``pro_kernels.supports`` accepts the layer's dims, chunk size and dtype; else,
-and on the reference backend (whose oracle they are) and for decode, the Tensor-level kernels of
-``kernels``. ``layer.core_impl`` is ("pro", None) or ("tensor", why) for the last call, and the report of a run
-that fell back says why (a line of ``pypto.last_report().notes``); ``impl=`` forces one.
+forward on sim and cpu where ``pro_kernels.supports`` accepts the layer's dims, chunk size and dtype. A decode
+step (T == 1 with a filled cache) runs the conv update, gates, l2norm and recurrent rule as the fused kernel of
+``decode_kernel`` (one node per launch of a few sequences, each reading its state slot on the device:
+``layer(x, cache, state_indices=...)`` with pools in the cache, as vLLM's ``ssm_state_indices``) where
+``decode_kernel.supports`` accepts the dims. Else, and on the reference backend (whose oracle they are), the
+Tensor-level kernels of ``kernels`` (with state_indices: on the slots gathered, then scattered back).
+``layer.core_impl`` is ("pro", None) or ("tensor", why) for the last call, and the report of a run that fell
+back says why (a line of ``pypto.last_report().notes``); ``impl=`` forces one.
 
 HuggingFace fuses the projections into ``in_proj_qkvz`` / ``in_proj_ba`` with a grouped per-key-head
 row order. This module keeps them de-interleaved (``in_proj_qkv`` whose rows are already in the conv's
@@ -33,8 +37,8 @@ import pypto.nn.functional as F
 from pypto.frontend.context import is_tracing, note
 from pypto.machine import machine_spec
 
-from . import kernels, pro_kernels
-from .functional import default_per_head
+from . import decode_kernel, kernels, pro_kernels
+from .functional import _fail, default_per_head
 from .reference import GDNCache, Qwen3NextGDNConfig, split_projection_weights
 
 _HF_FUSED = ("in_proj_qkvz.weight", "in_proj_ba.weight")
@@ -43,7 +47,9 @@ _FP32_PARAMS = ("A_log", "dt_bias")          # stay fp32 whatever the module's d
 
 class Qwen3NextGatedDeltaNet(nn.Module):
     """One GDN layer. ``layer(x)`` prefills; ``layer(x, cache)`` fills or continues a ``GDNCache``
-    (T == 1 with a filled cache is a decode step through the recurrent kernel). x [B, T, hidden]."""
+    (T == 1 with a filled cache is a decode step through the fused decode kernel). x [B, T, hidden].
+    ``layer(x, cache, state_indices=idx)`` (a decode step): the cache's conv_state [slots, conv_dim, W-1] and
+    recurrent_state [slots, HV, K, V] are pools, sequence b's state is slot idx[b] (distinct slots)."""
 
     def __init__(self, config: Optional[Qwen3NextGDNConfig] = None, dtype=torch.float32, chunk_size: int = 64,
                  per_head: Optional[bool] = None, impl: Optional[str] = None):
@@ -125,15 +131,22 @@ class Qwen3NextGatedDeltaNet(nn.Module):
     def default_dynamic_dims(self, arg: str, rank: int) -> tuple:
         return (1,) if arg == "hidden_states" else ()          # the sequence length T
 
-    def __call__(self, hidden_states, cache: Optional[GDNCache] = None):
+    def __call__(self, hidden_states, cache: Optional[GDNCache] = None, state_indices=None):
         if is_tracing() or cache is None:
             if not is_tracing():
                 self._last_mode = "prefill"
+            if state_indices is not None:
+                _fail("state_indices name the slots of a cache's state pools: pass the cache too")
             return super().__call__(hidden_states)
         c = self.config
         B, T = hidden_states.shape[0], hidden_states.shape[1]
         decode = cache.has_state and T == 1
+        if state_indices is not None and not decode:
+            _fail("state_indices apply to a decode step (T == 1 with a filled cache); prefill each sequence "
+                  "into a cache of its own")
         self._last_mode = "decode" if decode else "prefill"
+        if decode:
+            return self._decode(hidden_states, cache, state_indices)
         if not cache.has_state:                    # an empty cache starts from zero history and state
             cache.conv_state = torch.zeros(B, c.conv_dim, c.linear_conv_kernel_dim - 1, dtype=hidden_states.dtype)
             cache.recurrent_state = torch.zeros(B, c.linear_num_value_heads, c.linear_key_head_dim,
@@ -142,9 +155,30 @@ class Qwen3NextGatedDeltaNet(nn.Module):
         state = cache.recurrent_state.view(-1, c.linear_value_head_dim)
         return super().__call__(hidden_states, cache.conv_state, state, decode)
 
-    def forward(self, hidden_states, conv_state=None, recurrent_state=None, decode: bool = False):
+    def _decode(self, x, cache: GDNCache, state_indices):
+        c = self.config
+        B = x.shape[0]
+        slots = cache.recurrent_state.shape[0]
+        idx = torch.arange(B, dtype=torch.int32) if state_indices is None else torch.as_tensor(state_indices)
+        decode_kernel.check_indices(idx, B, slots)
+        if self._decode_unsupported(x.dtype) is None:
+            state = cache.recurrent_state.view(-1, c.linear_value_head_dim)
+            return super().__call__(x, cache.conv_state, state, True, idx.to(torch.int32).contiguous())
+        if state_indices is not None:        # the Tensor-level rule on the gathered slots, scattered back
+            idx = idx.long()
+            sub = GDNCache(cache.conv_state[idx].contiguous(), cache.recurrent_state[idx].contiguous())
+            y = self._decode(x, sub, None)
+            cache.conv_state[idx] = sub.conv_state
+            cache.recurrent_state[idx] = sub.recurrent_state
+            return y
+        state = cache.recurrent_state.view(-1, c.linear_value_head_dim)
+        return super().__call__(x, cache.conv_state, state, True)
+
+    def forward(self, hidden_states, conv_state=None, recurrent_state=None, decode: bool = False,
+                state_indices=None):
         """conv_state [B, conv_dim, W-1] and recurrent_state [B*HV*K, V] fp32 are read and updated in
-        place when given (the cache); without them the layer starts from zeros."""
+        place when given (the cache); without them the layer starts from zeros. With state_indices [B]
+        (a decode step on the fused kernel) they are pools of slots, sequence b's at state_indices[b]."""
         c = self.config
         x = hidden_states
         B, T = x.shape[0], x.shape[1]
@@ -152,6 +186,8 @@ class Qwen3NextGatedDeltaNet(nn.Module):
         K, V = c.linear_key_head_dim, c.linear_value_head_dim
         W = c.linear_conv_kernel_dim
 
+        if decode and state_indices is not None:
+            return self._fused_decode(x, conv_state, recurrent_state, state_indices)
         mixed_qkv = F.linear(x, self.in_proj_qkv.weight)                       # [B, T, conv_dim]
         z = F.linear(x, self.in_proj_z.weight).reshape(B, T, HV, V)
         b = F.linear(x, self.in_proj_b.weight)                                 # [B, T, HV]
@@ -172,8 +208,10 @@ class Qwen3NextGatedDeltaNet(nn.Module):
 
         state = recurrent_state if recurrent_state is not None else pypto.zeros(B * HV * K, V)
         o = pypto.zeros(B, T, HV * V, dtype=x.dtype)
-        why = "decode: the recurrent rule has no Professional-mode kernel yet" if decode else \
-            self._pro_unsupported(x.dtype)
+        if decode:                           # the fused kernel needs state_indices (__call__ passes them)
+            why = self._decode_unsupported(x.dtype.torch_dtype) or "decode traced without state_indices"
+        else:
+            why = self._pro_unsupported(x.dtype)
         self._core_by_mode["decode" if decode else "prefill"] = ("pro", None) if why is None else ("tensor", why)
         if why is not None:                  # and every run's report says so (Report.notes)
             note(f"{type(self).__name__} {'decode' if decode else 'prefill'} core: Tensor-level kernels ({why})")
@@ -222,6 +260,43 @@ class Qwen3NextGatedDeltaNet(nn.Module):
                                        self.chunk_size)
         if why is not None and self.impl == "pro":
             raise pypto.ShapeError(f"impl='pro' does not support this layer: {why}")
+        return why
+
+    def _fused_decode(self, x, conv_state, recurrent_state, state_indices):
+        """A decode step on the fused kernel: the projections of the B tokens as [B, hidden] matmuls (one
+        weight read each), then conv, gates, l2norm and the rule in decode_kernel, the norm and out_proj."""
+        c = self.config
+        B, T = x.shape[0], x.shape[1]
+        H, HV, V = c.linear_num_key_heads, c.linear_num_value_heads, c.linear_value_head_dim
+        self._core_by_mode["decode"] = ("pro", None)
+        x2 = x.reshape(B * T, c.hidden_size)                                   # T == 1
+        mixed_qkv = F.linear(x2, self.in_proj_qkv.weight)
+        z = F.linear(x2, self.in_proj_z.weight).reshape(B, T, HV, V)
+        b, a = F.linear(x2, self.in_proj_b.weight), F.linear(x2, self.in_proj_a.weight)
+        conv_w = self.conv1d.weight.reshape(c.conv_dim, c.linear_conv_kernel_dim)
+        o = pypto.zeros(B * T, HV * V, dtype=x.dtype)
+        decode_kernel.decode_step(decode_kernel.kernel(None), mixed_qkv, a, b, conv_w, self.A_log, self.dt_bias,
+                                  conv_state, recurrent_state, state_indices, o, H=H, HV=HV,
+                                  K=c.linear_key_head_dim, V=V,
+                                  block_dim=decode_kernel.block_dim_for(H, self._machine()))
+        o = gated_rms_norm(o.reshape(B, T, HV, V), z, self.norm.weight, c.rms_norm_eps)
+        return F.linear(o.reshape(B * T, c.value_dim), self.out_proj.weight).reshape(B, T, c.hidden_size)
+
+    def _decode_unsupported(self, dtype: torch.dtype) -> Optional[str]:
+        """Why a decode step of this layer does not run on the fused decode kernel (None: it does)."""
+        if self.impl == "tensor":
+            return "impl='tensor' asked for"
+        backend = self._backend()
+        c = self.config
+        if backend not in _PRO_BACKENDS:
+            why = (f"backend {backend!r}: the Tensor-level kernels are its oracle (the fused decode kernel runs "
+                   f"on {', '.join(_PRO_BACKENDS)})")
+        else:
+            why = decode_kernel.supports(c.linear_key_head_dim, c.linear_value_head_dim,
+                                         c.linear_conv_kernel_dim, dtype)
+            why = None if why is None else f"decode: {why}"
+        if why is not None and self.impl == "pro":
+            raise pypto.ShapeError(f"impl='pro' does not support this layer's decode: {why}")
         return why
 
     def _pro_core(self, y, g, beta, state, o, B, T):
