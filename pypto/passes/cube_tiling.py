@@ -104,8 +104,11 @@ def _tiles_and_windows(g, n, M, N, K, scope):
     tells A's producer what it reads by the same choice."""
     node = g.node(n)
     a_src = node["inputs"][0]
-    tiles = cube_tiles(M, N, K, g.info(n).shape[:-2], g.info(a_src).dtype, scope.machine,
-                       node["attrs"].get("cube_tile"), node["loc"])
+    batch = tuple(g.info(n).shape[:-2])
+    if node["attrs"].get("row_chunks"):        # one chunk of row_chunks.py's loop: the tiles of the whole
+        batch += (node["attrs"]["row_chunks"],)
+    tiles = cube_tiles(M, N, K, batch, g.info(a_src).dtype, scope.machine, node["attrs"].get("cube_tile"),
+                       node["loc"])
     mt, nt, kt, splits = tiles
     if not scope.static_masks:
         return tiles, None, None

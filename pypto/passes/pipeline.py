@@ -3,7 +3,7 @@
     decompose      composites -> primitive ops                       TensorGraph -> TensorGraph
     canonicalize   fold casts, split reductions, drop dead nodes     TensorGraph -> TensorGraph
     autocast       bf16 vector math through fp32                      TensorGraph -> TensorGraph
-    tile           fusion plan, tile choice, tile programs            TensorGraph -> TileGraph
+    tile           row chunks, fusion plan, tile choice, tile programs TensorGraph -> TileGraph
     blocks         cores, ping-pong, one Kernel per distinct program  TileGraph   -> BlockGraph
     memory         on-chip addresses                                  BlockGraph  -> BlockGraph
     sync           set/wait flags between pipes, vector barriers      BlockGraph  -> BlockGraph
@@ -30,6 +30,7 @@ from .memory import plan_memory
 from .multibuffer import multibuffer_workspaces
 from .pipe_sync import synchronize
 from .rewrite import live_nodes
+from .row_chunks import chunk_rows, drop_fills
 from .tiling import build_tile_graph
 from .vector_barriers import insert_barriers
 
@@ -56,6 +57,15 @@ def _sync(bg: BlockGraph, spec) -> BlockGraph:
         if on_chip:                                         # a5: the handoffs that went on chip (the report's decisions)
             k.attrs.setdefault("decisions", {})["handoff"] = on_chip
     return bg
+
+
+def _tile(g, spec, row_chunks=True, **options):
+    """A row-parallel program as a loop over row chunks (row_chunks.py), then the TileGraph."""
+    forced = None if row_chunks is True else int(row_chunks)
+    g, fills = chunk_rows(g, spec, forced) if row_chunks is not False else (g, set())
+    tg = build_tile_graph(g, spec, **options)
+    drop_fills(tg, fills)
+    return tg
 
 
 def _verify_blocks(bg) -> None:
@@ -87,11 +97,13 @@ def refuse_zero_size(g) -> None:
 
 
 def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = True, multibuffer: bool = True,
-          static_masks: bool = True, flash: bool = True):
+          static_masks: bool = True, flash: bool = True, row_chunks: bool | int = True):
     """Lower a TensorGraph to an ExecutionGraph (kernels in Block IR, tasks, buffers, loops).
     ``multibuffer=False`` keeps one copy of each loop workspace (passes/multibuffer.py), ``static_masks=False``
     computes the tiles a compile-time mask discards (passes/static_masks.py), ``flash=False`` keeps attention as
-    separate cube and vector tasks instead of one cluster kernel (passes/flash.py), for comparisons."""
+    separate cube and vector tasks instead of one cluster kernel (passes/flash.py), ``row_chunks=False`` keeps
+    a row-parallel program's ops over all rows at once instead of a loop over row chunks (passes/row_chunks.py;
+    a number: that many chunks where the rows divide), for comparisons."""
     refuse_zero_size(graph)
     spec = machine_spec(machine)
     pm = PassManager(graph.name, dump, verify)
@@ -103,8 +115,7 @@ def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = 
     g = pm.run("canonicalize", canonicalize, g, verifier=_verify_graph)
     g = pm.run("autocast", autocast, g, verifier=_verify_graph)
     check_hints(g, spec)                      # the ops the rewrites re-traced with their hints
-    tg = pm.run("tile", build_tile_graph, g, spec, fuse=fuse, static_masks=static_masks,
-                flash=flash)
+    tg = pm.run("tile", _tile, g, spec, fuse=fuse, static_masks=static_masks, flash=flash, row_chunks=row_chunks)
     bg = pm.run("blocks", lower_blocks, tg, spec)
     bg = pm.run("memory", _memory, bg, spec)
     bg = pm.run("sync", _sync, bg, spec, verifier=_verify_blocks)
