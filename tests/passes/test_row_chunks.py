@@ -75,6 +75,22 @@ def test_chunked_mlp_matches_torch_on_sim(dt):
     assert_match(out, whole)
 
 
+def linear_pair(x, w1, w2):
+    """F.linear (a transposed B) and two outputs, each written chunk by chunk."""
+    h = F.silu(F.linear(x, w1))
+    return h, x + F.linear(h, w2)
+
+
+def test_transposed_weights_and_two_outputs_on_sim():
+    g = torch.Generator().manual_seed(2)
+    x, w1, w2 = torch.randn(96, 40, generator=g), torch.randn(72, 40, generator=g) / 7, torch.randn(40, 72, generator=g) / 9
+    eg = lowered(linear_pair, (x, w1, w2), row_chunks=3)
+    assert len(loops(eg)) == 1
+    outs, _ = sim.run(eg, dict(zip(eg.inputs, (x, w1, w2))), {})
+    h = torch.nn.functional.silu(x @ w1.T)
+    assert_match([outs[o] for o in eg.outputs], [h, x + h @ w2.T], tol=(1e-5, 1e-5))
+
+
 @needs_gxx
 def test_chunked_mlp_matches_torch_on_cpu():
     args = inputs(128, 48, 72, torch.float16, seed=1)
