@@ -13,14 +13,20 @@ real counts even when timing only, so its inputs are the routing of random token
 data. Rows: each part's simulated time, its share of the roofline, the kernels' bounds
 (Report.decisions), and the block (both programs one after the other).
 
-``--parts grouped`` (the default) simulates the grouped SwiGLU alone, the routed FLOPs the fraction is
-of. ``experts`` and ``all`` add the rest, which today only fits small token counts: the permutation and
-the unpermute are index_select / scatter lowered as one-hot compares (O((N k)^2 hidden) vector work) and
-each row's rank inside its expert a [N k, N k] triangular matmul, as pypto has no indexed DMA gather yet.
+``--parts all`` (the default) simulates the whole block, ``grouped`` the grouped SwiGLU alone (the routed
+FLOPs the fraction is of), ``experts`` that program without dispatch. The permutation and the unpermute
+are row gathers / a row scatter by indexed DMA (MGATHER / MSCATTER, pypto/passes/row_moves.py) and each
+row's rank inside its expert a blocked prefix scan (moe.dispatch_plan), both linear in the tokens. Each
+part also lists its longest kernels (span on the timeline, what bound each: Report.decisions).
+
+What bounds the block (default sizes, a2a3): the grouped SwiGLU, 1084 us of the block's 1663 us (0.341 of
+the roofline; a5 1854 us, 0.229), whose 192 chunk tasks keep the AICs 73% busy; after it, in series, the
+unpermute (a row gather of N k rows, ~78 us, MTE2) and the weighted sum over the k slots (~108 us, HBM);
+the dispatch program takes ~200 us (router, top-k, the permuted tokens' row gather ~65 us, MTE3).
 
     python benchmarks/bench_moe.py                       # a2a3
     python benchmarks/bench_moe.py --machine all         # a2a3 and a5
-    python benchmarks/bench_moe.py --tokens 1024 --parts experts --json bench_results/moe.json
+    python benchmarks/bench_moe.py --tokens 1024 --parts grouped --json bench_results/moe.json
 """
 from __future__ import annotations
 
@@ -41,6 +47,7 @@ from models.qwen3_next.config import Qwen3NextConfig          # noqa: E402
 from models.qwen3_next.moe import ROWS_PER_CHUNK, build_programs, grouped_swiglu  # noqa: E402
 
 MACHINES = ("a2a3", "a5")
+TOP_KERNELS = 4                 # kernels listed per part, longest span first
 
 
 def routed_flops(tokens, c: Qwen3NextConfig) -> int:
@@ -76,11 +83,14 @@ def grouped_program(c: Qwen3NextConfig, dt, rows_per_chunk, **jit_options):
     return grouped
 
 
-def figures(report, cpu_s, bound_us) -> dict:
+def figures(report, cpu_s, bound_us, clock_ghz) -> dict:
     bounds = Counter(d["bound"] for d in report.decisions.values() if "bound" in d)
+    longest = sorted(((d["span_cycles"] / clock_ghz / 1e3, k, d["bound"]) for k, d in report.decisions.items()
+                      if "span_cycles" in d), reverse=True)[:TOP_KERNELS]
     return {"sim_us": report.time_us, "fraction": bound_us / report.time_us, "tasks": report.tasks,
             "sim_cpu_s": round(cpu_s, 1), "utilization": {k: v["core"] for k, v in report.utilization.items()},
-            "kernel_bounds": dict(bounds.most_common())}
+            "kernel_bounds": dict(bounds.most_common()),
+            "longest_kernels": [{"kernel": k, "span_us": round(us, 1), "bound": b} for us, k, b in longest]}
 
 
 def bench(machine_name, tokens, c, dtype, rows_per_chunk, parts) -> dict:
@@ -96,18 +106,18 @@ def bench(machine_name, tokens, c, dtype, rows_per_chunk, parts) -> dict:
     grouped = grouped_program(c, dt, rows_per_chunk, backend="sim", machine=machine_name, timing_only=True)
     cpu0 = time.process_time()
     grouped(x_perm, counts, offsets, *stacked, torch.empty_like(x_perm))
-    out["grouped"] = figures(grouped.last_report, time.process_time() - cpu0, bound_us)
+    out["grouped"] = figures(grouped.last_report, time.process_time() - cpu0, bound_us, machine.clock_ghz)
     if parts == "grouped":
         return out
     cpu0 = time.process_time()
     experts(x, x_perm, counts, offsets, rows, weights, *stacked,
             st["shared_expert.gate_proj.weight"], st["shared_expert.up_proj.weight"],
-            st["shared_expert.down_proj.weight"], st["shared_expert_gate.weight"])
-    out["experts"] = figures(experts.last_report, time.process_time() - cpu0, bound_us)
+            st["shared_expert.down_proj.weight"], st["shared_expert_gate.weight"], torch.empty_like(x_perm))
+    out["experts"] = figures(experts.last_report, time.process_time() - cpu0, bound_us, machine.clock_ghz)
     if parts == "all":
         cpu0 = time.process_time()
         dispatch(x, st["gate.weight"])
-        out["dispatch"] = figures(dispatch.last_report, time.process_time() - cpu0, bound_us)
+        out["dispatch"] = figures(dispatch.last_report, time.process_time() - cpu0, bound_us, machine.clock_ghz)
         block_us = out["experts"]["sim_us"] + out["dispatch"]["sim_us"]
         out["block"] = {"sim_us": block_us, "fraction": bound_us / block_us}
     return out
@@ -123,7 +133,7 @@ def main():
     ap.add_argument("--intermediate", type=int, default=512)
     ap.add_argument("--rows-per-chunk", type=int, default=ROWS_PER_CHUNK)
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
-    ap.add_argument("--parts", default="grouped", choices=("grouped", "experts", "all"),
+    ap.add_argument("--parts", default="all", choices=("grouped", "experts", "all"),
                     help="grouped: the grouped SwiGLU alone; experts: and the experts program; all: and dispatch")
     ap.add_argument("--json", help="write the figures here")
     a = ap.parse_args()
@@ -140,8 +150,11 @@ def main():
             if part in r:
                 f = r[part]
                 util = ", ".join(f"{k} {v:.0%}" for k, v in f["utilization"].items())
-                print(f"  {part:9s} {f['sim_us']:10.1f} us  fraction {f['fraction']:.3f}  tasks {f['tasks']}  "
+                frac = "no routed FLOPs" if part == "dispatch" else f"fraction {f['fraction']:.3f}"
+                print(f"  {part:9s} {f['sim_us']:10.1f} us  {frac}  tasks {f['tasks']}  "
                       f"bounds {f['kernel_bounds']}  busy: {util}  (sim {f['sim_cpu_s']} CPU s)")
+                print("            longest: " + "; ".join(f"{x['kernel']} {x['span_us']} us ({x['bound']})"
+                                                         for x in f["longest_kernels"]))
         if "block" in r:
             print(f"  {'block':9s} {r['block']['sim_us']:10.1f} us  fraction {r['block']['fraction']:.3f}")
     if a.json:

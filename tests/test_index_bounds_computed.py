@@ -127,8 +127,8 @@ def test_argument_indices_keep_the_host_check_only():
     torch.testing.assert_close(f(table, ids), table[ids], rtol=0, atol=0)
     compiled = next(iter(f.cache.values()))
     assert compiled.program.index_checks == [] and len(compiled.index_checks) == 1
-    g = pypto.jit(shifted_select, backend="sim")
-    g(table, ids)
+    g = pypto.jit(doubled_gather, backend="sim")           # a one-hot lookup (index_select along dim 0 is a row
+    g(table, ids.reshape(1, 2).expand(6, 2))               # move, which checks its indices itself: no count)
     compiled = next(iter(g.cache.values()))
     assert len(compiled.program.index_checks) == 1 and compiled.index_checks == []
     assert len(compiled.program.outputs) == 2                     # the result and the one count

@@ -6,8 +6,9 @@ The block runs as two pypto programs (``moe(hidden_states)`` outside a trace):
     dispatch  router logits, fp32 softmax, top-k (renormalised when norm_topk_prob), per-expert token
               counts and offsets, each (token, slot)'s row in expert order, the tokens permuted into it
     experts   the grouped SwiGLU matmul: for each expert e, counts[e] and offsets[e] are read at run time
-              (data scalars) as the trip count and row offset of its row chunks (0 tokens: no chunk runs);
-              then the unpermute, the weighted sum over the k slots and the gated shared expert
+              (data scalars) as the trip count and row offset of its row chunks (0 tokens: no chunk runs),
+              into a scratch argument; then the unpermute, the weighted sum over the k slots and the gated
+              shared expert
 
 Two programs because the grouped matmul's trip counts are data the dispatch computes, and a data scalar
 is read from an argument no task of its program writes (frontend/scalars.py). Inside an enclosing trace
@@ -37,6 +38,9 @@ ROWS_PER_CHUNK = 1024       # rows of one expert per loop iteration: at 4096 tok
                             # (~512 rows each) one chunk per expert; bench_moe 4096 tokens a2a3, gate and up
                             # fused: 256 -> 0.31, 512 -> 0.43, 1024 -> 0.52 of the cube roofline (fewer, wider
                             # tasks: each chunk's matmuls then cover every cube core)
+
+
+DISPATCH_BLOCK = 128        # tokens per block of dispatch_plan's prefix scan
 
 
 class Qwen3NextMLP(nn.Module):
@@ -111,7 +115,7 @@ class Qwen3NextSparseMoeBlock(nn.Module):
         out = experts(x, x_perm, counts, offsets, rows, weights, gate_up.reshape(-1, H), down.reshape(-1, down.shape[-1]),
                       self.shared_expert.gate_proj.weight.data,
                       self.shared_expert.up_proj.weight.data, self.shared_expert.down_proj.weight.data,
-                      self.shared_expert_gate.weight.data)
+                      self.shared_expert_gate.weight.data, x_perm.new_empty(x_perm.shape))
         self.last_reports = (dispatch.last_report, experts.last_report)
         out = out.reshape(B, T, H)
         return (out, logits) if return_router_logits else out
@@ -172,19 +176,32 @@ def route(x, router_weight, top_k: int, norm_topk_prob: bool):
     return logits, pypto.cast(weights, x.dtype), top.indices
 
 
-def dispatch_plan(ids, num_experts: int):
+def dispatch_plan(ids, num_experts: int, block: int = None):
     """From the expert ids [N, k]: counts [E] and offsets [E] (int32), each (token, slot)'s row in expert
     order ``rows`` [N * k] (int32; tokens keep their order inside an expert) and the token of each row
-    ``token_of_row`` [N * k]. Counting is exact in fp32 up to 2^24 assignments."""
+    ``token_of_row`` [N * k]. Linear in N: a token's k experts are distinct (top-k), so the row of (t, s)
+    is offsets[e] plus the number of earlier tokens routed to e = ids[t, s], an exclusive prefix sum over
+    tokens of the per-token one-hots [N, E], scanned in blocks of ``block`` tokens (a strictly
+    lower-triangular [block, block] matmul per block, the blocks' totals carried by one more triangle of
+    ceil(N / block) rows): O(N block E) + O((N / block)^2 E) instead of the [N k, N k] triangle's
+    O((N k)^2 E). Then each (t, s) picks its expert's column (a gather along E), and the inverse
+    permutation is a row scatter (MSCATTER). Counting is exact in fp32 up to 2^24 assignments."""
+    block = DISPATCH_BLOCK if block is None else block
     N, k = ids.shape[0], ids.shape[1]
-    hot = pypto.cast(F.one_hot(pypto.reshape(ids, [N * k]), num_experts), pypto.float32)      # [Nk, E]
-    counts = pypto.sum(hot, 0)                                                                  # [E]
+    f32 = pypto.float32
+    hot = pypto.cast(F.one_hot(ids, num_experts), f32)                                    # [N, k, E]
+    per_token = pypto.sum(hot, 1)                                                          # [N, E], 0/1
+    nb = pypto.ceildiv(N, block)
+    blocks = pypto.reshape(pypto.pad(per_token, (0, 0, 0, nb * block - N)), [nb, block, num_experts])
+    within = pypto.matmul(pypto.tril(pypto.ones(block, block, dtype=f32), -1), blocks)     # [nb, block, E]
+    totals = pypto.sum(blocks, 1)                                                          # [nb, E]
+    # counts from the blocks' totals: a sum over N itself would put the one-hot work on one core
+    counts = pypto.sum(totals, 0)                                                          # [E]
     offsets = pypto.cumsum(counts, 0) - counts
-    # earlier assignments to the same expert: a strictly lower-triangular ones matrix times the one-hots
-    # (cumsum cannot scan the dynamic dim N * k; 0/1 products summed in fp32 are exact)
-    before = pypto.matmul(pypto.tril(pypto.ones(N * k, N * k, dtype=pypto.float32), -1), hot)
-    rows = pypto.sum(hot * (before + pypto.unsqueeze(offsets, 0)), -1)                         # [Nk]
-    rows = pypto.cast(rows, pypto.int32)
+    carried = pypto.matmul(pypto.tril(pypto.ones(nb, nb, dtype=f32), -1), totals)          # [nb, E]
+    before = pypto.reshape(within + pypto.unsqueeze(carried, 1), [nb * block, num_experts])
+    base = pypto.view(before, [N, num_experts], [0, 0]) + pypto.unsqueeze(offsets, 0)      # [N, E]
+    rows = pypto.cast(pypto.reshape(pypto.gather(base, 1, ids), [N * k]), pypto.int32)
     token = pypto.reshape(pypto.expand(pypto.unsqueeze(pypto.arange(N, dtype=pypto.int32), 1), [N, k]), [N * k])
     token_of_row = pypto.scatter(pypto.zeros(N * k, dtype=pypto.int32), 0, rows, token)
     return pypto.cast(counts, pypto.int32), pypto.cast(offsets, pypto.int32), rows, token_of_row
@@ -233,9 +250,10 @@ def build_programs(config: Qwen3NextConfig, dt, rows_per_chunk: int = ROWS_PER_C
                 counts: pypto.Tensor[[E], pypto.int32], offsets: pypto.Tensor[[E], pypto.int32],
                 rows: pypto.Tensor[[DYN], pypto.int32], weights: pypto.Tensor[[DYN, k], dt],
                 gate_up: pypto.Tensor[[E * 2 * I, H], dt], down: pypto.Tensor[[E * H, I], dt],
-                shared_gate, shared_up, shared_down, shared_expert_gate):
+                shared_gate, shared_up, shared_down, shared_expert_gate, y_perm: pypto.Tensor[[DYN, H], dt]):
+        # y_perm [N k, H]: the experts' rows in expert order, a scratch argument (every row is written; a
+        # zeros of its own would be a 2 N k H-byte fill)
         N = x.shape[0]
-        y_perm = pypto.zeros(N * k, H, dtype=dt)
         grouped_swiglu(x_perm, counts, offsets, gate_up, down, y_perm, rows_per_chunk)
         y = pypto.reshape(pypto.index_select(y_perm, 0, rows), [N, k, H])
         routed = pypto.sum(pypto.cast(y, pypto.float32) * pypto.unsqueeze(pypto.cast(weights, pypto.float32), -1), 1)

@@ -8,7 +8,8 @@
 * ``argmax`` over the whole of a tensor of rank > 1 reduces its flattened form;
 * ``cumsum`` and ``argmax`` along a dim too long for one tile run blockwise (``wide_scans``);
 * ``index_select`` along dim 0 and a 1-D ``scatter`` without reduce become row moves by indexed DMA
-  (row_moves.py: MGATHER / MSCATTER, linear in the rows moved; each index checked where it is used);
+  (row_moves.py: MGATHER / MSCATTER, linear in the rows moved; each index checked by the move itself, so
+  they get no count output);
 * other ``index_select`` and ``gather`` become a select against a generated index and a sum over it
   (exact: one term is the value, the others zero), so they run on the vector unit without
   data-dependent addressing; where their indices are computed in the traced function (not an
@@ -27,7 +28,7 @@ from ..ir.tensor_graph import TensorGraph
 from .index_checks import INDEX_OPS, add_check_outputs, index_position, out_of_range_count
 from .iterspace import is_one
 from .rewrite import rebuild
-from .row_moves import gather_rows, scatter_rows
+from .row_moves import gather_rows, row_form, scatter_rows
 from .wide_scans import argmax_rule, blocked_argmax, cumsum_rule
 
 EXACT_WIDENING = {(dtypes.float16, dtypes.float32), (dtypes.bfloat16, dtypes.float32),
@@ -222,7 +223,7 @@ def canonicalize(g: TensorGraph) -> TensorGraph:
 
     def rewrite(old, nid, ins):
         # only the top-level graph gets check outputs: a loop body's outputs are its carried values
-        if old is g and old.op(nid) in INDEX_OPS:
+        if old is g and old.op(nid) in INDEX_OPS and not row_form(old, nid):   # a row move checks its own
             check = out_of_range_count(old, nid, ins[index_position(old.op(nid))])
             if check is not None:
                 checks.append(check)

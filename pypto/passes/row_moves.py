@@ -159,16 +159,29 @@ def _index_column(idx):
     return P.reshape(idx, (idx.shape[0], 1))
 
 
+def row_form(g, nid) -> bool:
+    """Whether node ``nid`` (index_select or scatter) becomes a row move: the conditions of gather_rows /
+    scatter_rows on the node's input infos."""
+    op, a = g.op(nid), g.node(nid)["attrs"]
+    infos = [g.info(i) for i in g.node(nid)["inputs"]]
+    if op == "index_select":
+        x, idx = infos
+        return a["dim"] == 0 and x.dtype in ROW_DTYPES and idx.rank == 1 and \
+            (x.rank == 1 or all(_static(d) is not None for d in x.shape[1:]))
+    if op == "scatter":
+        return len(infos) == 3 and a.get("reduce") is None and a["dim"] == 0 and infos[0].rank == 1 and \
+            infos[1].rank == 1 and infos[0].dtype in ROW_DTYPES
+    return False
+
+
 def gather_rows(g, nid, ins):
     """index_select(x, 0, idx) as a row gather, or None where the row form does not apply (another dim,
     a dtype the row move does not take, dynamic trailing dims)."""
     from ..frontend import api as P
+    if not row_form(g, nid):
+        return None
     x, idx = ins
-    if g.node(nid)["attrs"]["dim"] != 0 or x.dtype not in ROW_DTYPES or idx.ndim != 1:
-        return None
     table = _rows_view(x)
-    if table is None:
-        return None
     cols = _static(table.shape[1])
     node = RowMoveNode("gather", x.dtype, cols, idx.shape[0], g.op(nid), g.node(nid)["loc"])
     call = P.emit("custom_kernel", [table, _index_column(idx)], {"kernel": node, "scalars": {}})
@@ -180,12 +193,9 @@ def scatter_rows(g, nid, ins):
     """A 1-D scatter(x, 0, idx, src) without reduce (x[idx[i]] = src[i], torch.index_copy's meaning) as a
     row scatter of one-element rows, or None."""
     from ..frontend import api as P
-    a = g.node(nid)["attrs"]
-    if len(ins) != 3 or a.get("reduce") is not None or a["dim"] != 0:
+    if not row_form(g, nid):
         return None
     x, idx, src = ins
-    if x.ndim != 1 or idx.ndim != 1 or x.dtype not in ROW_DTYPES:
-        return None
     n = idx.shape[0]
     if tuple(src.shape) != (n,):
         src = P.view(src, (n,), (0,))

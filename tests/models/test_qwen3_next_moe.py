@@ -4,7 +4,7 @@
 fp32: relative RMS <= 1e-4. bf16: no worse than the oracle's own bf16 run against fp32 (the oracle equals
 transformers' block, test_the_reference_is_transformers_block). Run-time trip counts: experts with no
 token (a loop of 0 chunks), every token to one expert, tails of the 16-row chunks, dynamic T (one trace
-of each program for every T)."""
+of each program for every T). dispatch_plan's blocked scan against a stable sort (several blocks, tails)."""
 import pytest
 import torch
 
@@ -153,7 +153,7 @@ def test_grouped_matmul_with_counts_given():
     out = experts(x, x_perm, counts, offsets, rows.to(torch.int32), w,
                   st["experts.gate_up_proj"].reshape(-1, c.hidden_size),
                   st["experts.down_proj"].reshape(-1, c.moe_intermediate_size), st["shared_expert.gate_proj.weight"], st["shared_expert.up_proj.weight"],
-                  st["shared_expert.down_proj.weight"], st["shared_expert_gate.weight"])
+                  st["shared_expert.down_proj.weight"], st["shared_expert_gate.weight"], torch.empty_like(x))
     I = c.moe_intermediate_size
     expected = torch.stack([R.swiglu_mlp(x[t], st["experts.gate_up_proj"][e, :I], st["experts.gate_up_proj"][e, I:],
                                          st["experts.down_proj"][e]) for t, e in enumerate(ids_by_token.tolist())])
@@ -202,3 +202,51 @@ def test_the_mlp_matches_transformers_mlp(tiny):
     hf.load_state_dict(weights)
     with torch.no_grad():
         assert rel_rms(hf(x), expected) <= 1e-6
+
+
+# ---------------------------------------------------------------------- the linear-cost dispatch plan
+def _plan_reference(ids, E):
+    """counts, offsets, rows (each (token, slot)'s row in expert order, tokens in order inside an expert)
+    and token_of_row, from a stable sort of the flattened expert ids."""
+    flat = ids.reshape(-1)
+    order = torch.sort(flat, stable=True).indices
+    rows = torch.empty_like(order)
+    rows[order] = torch.arange(order.numel())
+    counts = torch.bincount(flat, minlength=E)
+    return counts, torch.cumsum(counts, 0) - counts, rows, order // ids.shape[1]
+
+
+@pytest.mark.parametrize("backend", ["sim", "cpu"])
+def test_dispatch_plan_in_blocks(backend):
+    """dispatch_plan's blocked prefix scan against a stable sort: blocks of 4 tokens, so N = 37 is ten
+    blocks with a tail and N = 3 one partial block (dynamic N, one trace); experts with no token."""
+    from models.qwen3_next.moe import dispatch_plan
+    E, k = 6, 3
+
+    @pypto.jit(backend=backend)
+    def plan(ids: pypto.Tensor[[pypto.DYNAMIC, k], pypto.int64]):
+        return dispatch_plan(ids, E, block=4)
+
+    for N in (37, 3):
+        scores = torch.randn(N, E)
+        scores[:, 5] = -10.0                                  # expert 5 never picked
+        ids = torch.topk(scores, k, -1).indices               # distinct experts per token, as top-k
+        counts, offsets, rows, token_of_row = plan(ids)
+        want = _plan_reference(ids, E)
+        for got, exp in zip((counts, offsets, rows, token_of_row), want):
+            assert got.dtype == torch.int32 and torch.equal(got.long(), exp.long())
+    assert plan.trace_count == 1
+
+
+def test_the_block_with_several_dispatch_blocks(tiny):
+    """More tokens than one block of dispatch_plan's scan (DISPATCH_BLOCK): the carried per-expert
+    prefix across blocks, bf16 and fp32."""
+    from models.qwen3_next.moe import DISPATCH_BLOCK
+    c, st = tiny
+    T = DISPATCH_BLOCK + 45
+    x = torch.randn(2, T, c.hidden_size)
+    assert rel_rms(block(c, st)(x), ref(x, st, c)) <= 1e-4
+    got = block(c, st, dtype=torch.bfloat16)(x.bfloat16())
+    want = ref(x, st, c)
+    own = ref(x.bfloat16(), {k_: v.bfloat16() for k_, v in st.items()}, c)
+    assert rel_rms(got, want) <= 1.05 * rel_rms(own, want), (rel_rms(got, want), rel_rms(own, want))
