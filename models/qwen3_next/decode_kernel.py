@@ -32,7 +32,8 @@ import pypto_pro.language as pl
 from .functional import KernelFunction, _fail
 
 L2NORM_EPS = 1e-6
-SEQS_PER_LAUNCH = 4       # sequences per launch (the kernel's slot scalars s0 .. s3): H * 4 units of work
+SEQS_PER_LAUNCH = 8       # the most sequences per launch (the kernel's slot scalars s0 .. s7)
+ROUNDS = 2                # units of work (sequence, key head) per vector core and launch
 MAX_DIM = 128
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -48,7 +49,8 @@ def _decode_body(x: pl.Tensor[[pl.DYNAMIC, pl.STATIC], None],
                  o: pl.Tensor[[pl.DYNAMIC, pl.STATIC], None],
                  seq0: pl.Scalar[pl.DT_INT32], nseq: pl.Scalar[pl.DT_INT32],
                  s0: pl.Scalar[pl.DT_INT32], s1: pl.Scalar[pl.DT_INT32], s2: pl.Scalar[pl.DT_INT32],
-                 s3: pl.Scalar[pl.DT_INT32],
+                 s3: pl.Scalar[pl.DT_INT32], s4: pl.Scalar[pl.DT_INT32], s5: pl.Scalar[pl.DT_INT32],
+                 s6: pl.Scalar[pl.DT_INT32], s7: pl.Scalar[pl.DT_INT32],
                  H, HV, K, V, W, VC, scale, cast_io):
     io = x.dtype
     f32 = pl.DT_FP32
@@ -169,6 +171,14 @@ def _decode_body(x: pl.Tensor[[pl.DYNAMIC, pl.STATIC], None],
                 slot = s2
             elif j == 3:
                 slot = s3
+            elif j == 4:
+                slot = s4
+            elif j == 5:
+                slot = s5
+            elif j == 6:
+                slot = s6
+            elif j == 7:
+                slot = s7
             conv_row(qr, kh * K, K, seq, slot)
             conv_row(kr, KD + kh * K, K, seq, slot)
             l2normalize(qr, K, scale)
@@ -273,9 +283,9 @@ def kernel(backend: str | None = None, **options):
     return kern
 
 
-def seqs_per_launch(H: int, aiv: int = 48) -> int:
-    """Sequences per launch: as many as fill the vector cores once (at most the kernel's 4 slot scalars)."""
-    return max(1, min(SEQS_PER_LAUNCH, aiv // H))
+def seqs_per_launch(H: int, cores: int) -> int:
+    """Sequences per launch: as many as fill the cores ROUNDS times (at most SEQS_PER_LAUNCH)."""
+    return max(1, min(SEQS_PER_LAUNCH, ROUNDS * cores // H))
 
 
 def block_dim_for(H: int, machine) -> int:
@@ -292,7 +302,7 @@ def decode_step(kern, mixed_qkv, a, b, conv_w, A_log, dt_bias, conv_pool, state_
     W = conv_w.shape[1]
     consts = dict(H=H, HV=HV, K=K, V=V, W=W, VC=column_block(V), scale=float(K ** -0.5),
                   cast_io=mixed_qkv.dtype != pypto.float32)
-    G = seqs_per_launch(H)
+    G = seqs_per_launch(H, block_dim)
     for i in pypto.loop(pypto.ceildiv(B, G)):
         first = i * G
         slots = [state_indices[pypto.min(first + j, B - 1)].item() for j in range(G)]
