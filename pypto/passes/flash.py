@@ -14,9 +14,10 @@ softmax never sees a row without a key.
 
 ``flash_program`` turns a match into one TileGraph item (a TileProgram of kind "flash": no tile ops, its
 figures in ``attrs``) and ``lower_flash`` lowers that to one Kernel with an AIC block and an AIV block (the AIV
-block runs on every vector sub-block of the cluster, ``HALF`` query rows each):
+block runs on every vector sub-block of the cluster, ``HALF`` query rows of each row group):
 
-  cube, per (head, block of MQ query rows), the key blocks j in a loop skewed by PRELOAD:
+  cube, per (head, task of G row groups of MQ query rows: ``row_groups``; each K_j and V_j block is loaded once
+  for all groups, every group has its own workspace rings), the key blocks j in a loop skewed by PRELOAD:
       S_j = Q K_j^T  -> workspace ring ws_s (slot j % SLOTS)
       PV_j = P_j V_j -> workspace ring ws_pv                   (P_j read from ring ws_p)
     the cube computes S_{j+PRELOAD} before PV_j, so neither side waits for the other's round trip;
@@ -222,11 +223,22 @@ def unsupported(g, fm: FlashMatch, machine) -> str | None:
 
 
 def tiles_for(dt) -> tuple:
-    """(MQ query rows per cluster, BK keys per vector step, CK keys per cube subtile) for an operand dtype: fp16
-    and bf16 in 128 x 128 blocks (the scores come to the vector side in fp32: a [64, 256] fp32 block and the
-    row reduction's scratch tile would not fit the UB beside the accumulator), fp32 in 64 x 64 blocks (the L0
-    buffers hold half as many fp32 elements)."""
+    """(MQ query rows per cube matmul, BK keys per vector step, CK keys per cube subtile) for an operand dtype:
+    fp16 and bf16 in 128 x 128 blocks (the scores come to the vector side in fp32: a [64, 256] fp32 block and
+    the row reduction's scratch tile would not fit the UB beside the accumulator), fp32 in 64 x 64 blocks (the
+    L0 buffers hold half as many fp32 elements)."""
     return (128, 128, 128) if dt.itemsize == 2 else (64, 64, 64)
+
+
+def row_groups(dt, machine) -> int:
+    """Query row groups of MQ rows per task: the cube loads each K and V block once for all of them. Two for fp16
+    operands where the handoffs go through GM and the cluster has two AIVs (each then keeps two rows' groups of
+    state; a2a3 SDPA [3, 4096, 128] fp16: K and V bytes halve, 20 -> 18 bytes per query row and key); bf16's
+    fp32 P V handoff, fp32's blocks and one-AIV clusters leave the UB no room for a second group, and on an
+    on-chip machine (a5) the second group's state takes the UB its P V FIFO needs."""
+    if dt == dtypes.float16 and machine.cores.get("aiv_per_aic", 2) == 2 and not machine.on_chip_handoff:
+        return 2
+    return 1
 
 
 def flash_program(name, fm: FlashMatch, g, params: dict, workspaces: dict, machine, loc) -> TileProgram:
@@ -243,6 +255,7 @@ def flash_program(name, fm: FlashMatch, g, params: dict, workspaces: dict, machi
     S = params["k"][1][1]
     Ev = params["v"][1][2]
     attrs = {"form": "flash", "scale": float(fm.scale), "diag": fm.diag, "mq": mq, "bk": bk, "ck": ck, "slots": SLOTS,
+             "groups": row_groups(dt, machine),
              "preload": PRELOAD, "bh": bh, "L": L, "S": S, "E": E, "Ev": Ev,
              "skip_masked": True, "dtype": dt, "out_dtype": g.info(fm.m2).dtype, "s_dtype": handoff_dtypes(dt)[0], "pv_dtype": handoff_dtypes(dt)[1]}
     return TileProgram(name, "flash", [], tps, {}, [], nodes=sorted(fm.nodes), attrs=attrs, loc=loc)
@@ -259,9 +272,9 @@ def handoff_dtypes(dt) -> tuple:
 
 
 def workspace_shapes(machine, dt, E, Ev) -> dict:
-    """{ws name: (rows, cols, dtype)}: one ring of SLOTS blocks per cluster."""
+    """{ws name: (rows, cols, dtype)}: one ring of SLOTS blocks of every row group per cluster."""
     mq, bk, _ = tiles_for(dt)
-    rows = machine.num_aic * SLOTS * mq
+    rows = machine.num_aic * SLOTS * mq * row_groups(dt, machine)
     sdt, pvdt = handoff_dtypes(dt)
     return {"ws_s": (rows, bk, sdt), "ws_p": (rows, bk, dt), "ws_pv": (rows, Ev, pvdt)}
 
@@ -292,6 +305,8 @@ def lower_flash(p: TileProgram, machine):
     a = p.attrs
     mq, bk, U, P = a["mq"], a["bk"], a["slots"], a["preload"]
     ck = a.get("ck", bk)                       # keys per cube subtile (one L0B operand); bk // ck subtiles
+    G = a.get("groups", 1)                     # row groups of mq rows per task (row_groups)
+    mqt = G * mq                               # query rows per task
     bh, L, S, E, Ev = a["bh"], a["L"], a["S"], a["E"], a["Ev"]
     dt, odt, sdt, pvdt = a["dtype"], a["out_dtype"], a["s_dtype"], a["pv_dtype"]
     f32 = dtypes.float32
@@ -299,14 +314,14 @@ def lower_flash(p: TileProgram, machine):
     nsub = machine.cores.get("aiv_per_aic", 2)
     half = mq // nsub
     loc = p.loc
-    nq = _ceil(L, mq)
+    nq = _ceil(L, mqt)
     n_tasks = bh * nq
     block_dim = sympy.Max(1, sympy.Min(n_tasks, machine.num_aic)) if isinstance(n_tasks, sympy.Basic) \
         else max(1, min(n_tasks, machine.num_aic))
     t = sympy.Symbol("t", integer=True, nonnegative=True)
     j0 = sympy.Symbol("j", integer=True, nonnegative=True)
     h = sympy.floor(t / nq) if not (isinstance(nq, int) and nq == 1) else t
-    q0 = mq * sympy.Mod(t, nq) if not (isinstance(nq, int) and nq == 1) else sympy.Integer(0)
+    q0 = mqt * sympy.Mod(t, nq) if not (isinstance(nq, int) and nq == 1) else sympy.Integer(0)
     balanced = False
     if diag is not None and a.get("skip_masked", True) and isinstance(n_tasks, int) and isinstance(nq, int) \
             and nq > 1 and n_tasks % block_dim == 0 and n_tasks > block_dim:
@@ -315,45 +330,61 @@ def lower_flash(p: TileProgram, machine):
         odd = sympy.Mod(sympy.floor(t / BLOCK_NUM), 2)
         tau = t + odd * (BLOCK_NUM - 1 - 2 * BLOCK_IDX)
         h = sympy.Mod(tau, bh) if bh != 1 else sympy.Integer(0)
-        q0 = mq * (nq - 1 - sympy.floor(tau / bh))
+        q0 = mqt * (nq - 1 - sympy.floor(tau / bh))
         balanced = True
     n_kv = _ceil(S, bk)
     skip = a.get("skip_masked", True)          # lower(static_masks=False): every block computed and masked
     if diag is not None and skip:
-        # the last key block any row of this task keeps: rows q0 .. q0 + mq - 1 keep keys <= row + diag
-        n_kv = sympy.Min(n_kv, sympy.floor((q0 + mq - 1 + diag) / bk) + 1)
-    qv = sympy.Min(mq, L - q0)
-    base = BLOCK_IDX * (U * mq)
-    bufs = {n: HandoffBuffer(("flash", p.name, n), f"flash workspace {n}", depth=U, where=loc)
-            for n in ("ws_s", "ws_p", "ws_pv")}
+        # the last key block any row of this task keeps: rows q0 .. q0 + mqt - 1 keep keys <= row + diag
+        n_kv = sympy.Min(n_kv, sympy.floor((q0 + mqt - 1 + diag) / bk) + 1)
+    groups = range(G)
+    assert G == 1 or bk == ck, "row groups work on one cube subtile per key block"
+    qg = [q0 + g * mq for g in groups]         # the first row of each group
+
+    def needs(jj, g):
+        """Group g's rows keep a key of block jj (with a causal-like mask an earlier group may keep none of the
+        task's last block: its matmuls, softmax and fold are skipped, on both sides alike)."""
+        if G == 1 or diag is None or not skip:
+            return sympy.true
+        return sympy.Le(jj * bk, qg[g] + mq - 1 + diag)
+    qv = [sympy.Max(1, sympy.Min(mq, L - qg[g])) for g in groups]   # a group past the last row: one stale row
+    base = BLOCK_IDX * (U * mqt)
+    # one ring per workspace and row group: each group's slot of a block is a use of its own
+    bufs = {(n, g): HandoffBuffer(("flash", p.name, n, g), f"flash workspace {n}" + (f" (rows {g})" if G > 1 else ""),
+                                  depth=U, where=loc)
+            for n in ("ws_s", "ws_p", "ws_pv") for g in groups}
     uses = {"c": 0, "v": 0}
 
-    def mark(ins, ws, side, new=True):
+    def mark(ins, ws, g, side, new=True):
         uses[side] += new
-        ins.attrs[HANDOFF] = HandoffAccess(bufs[ws], uses[side])
+        ins.attrs[HANDOFF] = HandoffAccess(bufs[(ws, g)], uses[side])
         return ins
 
     def guarded(cond, stmts):
         return stmts if cond is sympy.true else [If(cond, stmts)]
 
+    def row(u, g):                             # a group's first row in its workspace slot u
+        return base + u * mqt + g * mq
+
     gm = [GMParam(q.name, q.dtype, tuple(q.shape)) for q in p.params]
     # ------------------------------------------------------------ cube
     c = _Emit()
-    ql1 = c.tile("c_q", MemSpace.L1, dt, (mq, E), (qv, E), "q")
-    count = {"ab": 0, "c": 0}
+    ql1 = [c.tile(f"c_q{g}" if g else "c_q", MemSpace.L1, dt, (mq, E), (qv[g], E), "q") for g in groups]
+    count = {"a": 0, "b": 0, "c": 0}
 
     def l0(kind, shape, dtype, valid, space):
-        key = "c" if kind == "c" else "ab"
-        k = count[key] % 2
-        name = c.tile(f"c_{kind}{k}_{count[key]}", space, dtype, shape, valid, f"{kind}{k}")
+        k = count[kind] % 2
+        name = c.tile(f"c_{kind}{k}_{count[kind]}", space, dtype, shape, valid, f"{kind}{k}")
+        count[kind] += 1
         return name
 
     def block_kv(jj):
         """Keys of block jj the task reads: the keys' tail, and with a causal-like mask the last key any of the
-        task's rows keeps (the columns past it are masked for every row: not computed, not read)."""
+        task's rows keeps (the columns past it are masked for every row: not computed, not read). Every row
+        group reads as many (the mask zeroes an earlier group's P past its rows' keys)."""
         kv = sympy.Min(bk, S - jj * bk)
         if diag is not None and skip:
-            kv = sympy.Min(kv, q0 + mq + diag - jj * bk)
+            kv = sympy.Min(kv, q0 + mqt + diag - jj * bk)
         return kv
 
     def sub_kv(jj, sc):
@@ -367,137 +398,170 @@ def lower_flash(p: TileProgram, machine):
         for sc in range(bk // ck):
             kv = sub_kv(jj, sc)
             kt = c.tile(f"c_kt{u}_{sc}", MemSpace.L1, dt, (E, ck), (E, kv), f"kt{(u * (bk // ck) + sc) % 2}")
-            a0 = l0("a", (mq, E), dt, (qv, E), MemSpace.L0A)
             b0 = l0("b", (E, ck), dt, (E, kv), MemSpace.L0B)
-            count["ab"] += 1
-            c0 = l0("c", (mq, ck), f32, (qv, kv), MemSpace.L0C)
-            count["c"] += 1
             t_ = c.tiles
-            out += guarded(sub_cond(jj, sc), [
-                instr("TLOAD", [kt, GMRegion("k", (h, jj * bk + sc * ck, 0), True)], t_, {"trans": True}, loc),
-                instr("TMOV", [a0, ql1], t_, None, loc), instr("TMOV", [b0, kt], t_, None, loc),
-                instr("TMATMUL", [c0, a0, b0], t_, None, loc),
-                mark(instr("TSTORE", [GMRegion("ws_s", (base + u * mq, sc * ck), True), c0], t_, None, loc),
-                     "ws_s", "c", sc == 0)])
+            ops = [instr("TLOAD", [kt, GMRegion("k", (h, jj * bk + sc * ck, 0), True)], t_, {"trans": True}, loc),
+                   instr("TMOV", [b0, kt], t_, None, loc)]
+            for g in groups:                   # one K^T subtile for every group
+                a0 = l0("a", (mq, E), dt, (qv[g], E), MemSpace.L0A)
+                c0 = l0("c", (mq, ck), f32, (qv[g], kv), MemSpace.L0C)
+                ops += guarded(needs(jj, g), [
+                    instr("TMOV", [a0, ql1[g]], t_, None, loc), instr("TMATMUL", [c0, a0, b0], t_, None, loc),
+                    mark(instr("TSTORE", [GMRegion("ws_s", (row(u, g), sc * ck), True), c0], t_, None, loc),
+                         "ws_s", g, "c", sc == 0)])
+            out += guarded(sub_cond(jj, sc), ops)
         return out
 
     def pv(jj, u):
         out = []
-        c0 = l0("c", (mq, Ev), f32, (qv, Ev), MemSpace.L0C)
-        count["c"] += 1
+        acc0 = [l0("c", (mq, Ev), f32, (qv[g], Ev), MemSpace.L0C) for g in groups]
         for sc in range(bk // ck):
             kv = sub_kv(jj, sc)
-            pt = c.tile(f"c_p{u}_{sc}", MemSpace.L1, dt, (mq, ck), (qv, kv), f"p{(u * (bk // ck) + sc) % 2}")
             vt = c.tile(f"c_v{u}_{sc}", MemSpace.L1, dt, (ck, Ev), (kv, Ev), f"v{(u * (bk // ck) + sc) % 2}")
-            a0 = l0("a", (mq, ck), dt, (qv, kv), MemSpace.L0A)
             b0 = l0("b", (ck, Ev), dt, (kv, Ev), MemSpace.L0B)
-            count["ab"] += 1
             t_ = c.tiles
-            out += guarded(sub_cond(jj, sc), [
-                mark(instr("TLOAD", [pt, GMRegion("ws_p", (base + u * mq, sc * ck), True)], t_, None, loc),
-                     "ws_p", "c", sc == 0),
-                instr("TLOAD", [vt, GMRegion("v", (h, jj * bk + sc * ck, 0), True)], t_, None, loc),
-                instr("TMOV", [a0, pt], t_, None, loc), instr("TMOV", [b0, vt], t_, None, loc),
-                instr("TMATMUL" if sc == 0 else "TMATMUL_ACC", [c0, a0, b0], t_, None, loc)])
-        out.append(mark(instr("TSTORE", [GMRegion("ws_pv", (base + u * mq, 0), True), c0], c.tiles, None, loc),
-                        "ws_pv", "c"))
+            ops = [instr("TLOAD", [vt, GMRegion("v", (h, jj * bk + sc * ck, 0), True)], t_, None, loc),
+                   instr("TMOV", [b0, vt], t_, None, loc)]
+            for g in groups:                   # one V subtile for every group
+                k = (u * (bk // ck) + sc) * G + g
+                pt = c.tile(f"c_p{u}_{sc}" + (f"_{g}" if G > 1 else ""), MemSpace.L1, dt, (mq, ck), (qv[g], kv),
+                            f"p{k % 2}")
+                a0 = l0("a", (mq, ck), dt, (qv[g], kv), MemSpace.L0A)
+                ops += guarded(needs(jj, g), [
+                    mark(instr("TLOAD", [pt, GMRegion("ws_p", (row(u, g), sc * ck), True)], t_, None, loc),
+                         "ws_p", g, "c", sc == 0),
+                    instr("TMOV", [a0, pt], t_, None, loc),
+                    instr("TMATMUL" if sc == 0 else "TMATMUL_ACC", [acc0[g], a0, b0], t_, None, loc)])
+            out += guarded(sub_cond(jj, sc), ops)
+        for g in groups:
+            out += guarded(needs(jj, g), [
+                mark(instr("TSTORE", [GMRegion("ws_pv", (row(u, g), 0), True), acc0[g]], c.tiles, None, loc),
+                     "ws_pv", g, "c")])
         return out
 
-    def skewed(first, second):
+    def skewed(steps):
+        """The key loop skewed by PRELOAD: ``steps`` [(first or second, fn(jj, u))] in the order they run in an
+        iteration; a first step works on block j, a second on block j - PRELOAD (its slot PRELOAD back)."""
         body = []
         for u in range(U):
             jj = j0 + u
-            body.append(If(sympy.Lt(jj, n_kv), first(jj, u)))
-            body.append(If(sympy.And(sympy.Ge(jj, P), sympy.Lt(jj - P, n_kv)), second(jj - P, (u - P) % U)))
+            for which, fn in steps:
+                if which == "first":
+                    body.append(If(sympy.Lt(jj, n_kv), fn(jj, u)))
+                else:
+                    body.append(If(sympy.And(sympy.Ge(jj, P), sympy.Lt(jj - P, n_kv)), fn(jj - P, (u - P) % U)))
         return [For(j0, 0, n_kv + P, U, body, {"pipeline": U})]
 
-    cube_task = [instr("TLOAD", [ql1, GMRegion("q", (h, q0, 0), True)], c.tiles, None, loc)] + skewed(qk, pv)
+    q_loads = []
+    for g in groups:                           # a group past the last row keeps the tile's stale rows
+        ld = instr("TLOAD", [ql1[g], GMRegion("q", (h, qg[g], 0), True)], c.tiles, None, loc)
+        q_loads += [ld] if g == 0 else guarded(sympy.Gt(L - qg[g], 0), [ld])
+    cube_task = q_loads + skewed([("first", qk), ("second", pv)])
     cube = Block(f"{p.name}_aic", CoreType.AIC, gm, [], [], [For(t, BLOCK_IDX, n_tasks, BLOCK_NUM, cube_task)], loc)
     cube.tiles = list(c.tiles.values())
     # ------------------------------------------------------------ vector
     vx = _Emit()
     row0 = SUBBLOCK_IDX * half if nsub > 1 else sympy.Integer(0)
-    left = L - q0 - row0
-    rv = sympy.Max(1, sympy.Min(half, left))         # a sub-block past the last row works on one stale row
+    left = [L - qg[g] - row0 for g in groups]
+    rv = [sympy.Max(1, sympy.Min(half, left[g])) for g in groups]   # a sub-block past the last row works on one stale row
     # the [rows, 1] statistics (m, l, their block values, alpha) live in column 0 of [HALF, 8] fp32 tiles (one
     # 32-byte row each); their elementwise ops span all 8 columns (columns 1..7 carry values nobody reads, the
     # row reductions write and the row-expands read column 0 only), so each is one contiguous span of HALF * 32
     # bytes: 8 vector repeats instead of HALF one-column rows (64), alpha's exp 32 instead of 256 (a2a3 SDPA
-    # [3, 4096, 128] fp16: AIV V 73% -> 56% busy, 0.324 -> 0.327 of the roofline; the kernel is now bound by
+    # [3, 4096, 128] fp16: AIV V 73% -> 56% busy, 0.324 -> 0.327 of the roofline; the kernel is then bound by
     # the L2 bandwidth: report.gm_bytes 1013 MB in 216.5 us = 4.68 TB/s of a2a3's 4.9; per [128, 128] block and
     # cluster S 2 x 64 KB fp32, P 2 x 32 KB, P V 2 x 32 KB, K and V 64 KB: only fewer bytes make it faster)
     stat = (half, 8)
-    sv = (rv, 8)
-    m = vx.tile("v_m", MemSpace.UB, f32, stat, sv, "stat")
-    l_ = vx.tile("v_l", MemSpace.UB, f32, stat, sv, "stat")
-    acc = vx.tile("v_acc", MemSpace.UB, f32, (half, Ev), (rv, Ev), "acc")
-    out = vx.tile("v_out", MemSpace.UB, odt, (half, Ev), (rv, Ev), "pvin" if pvdt != f32 else "pv")
+    sv = [(rv[g], 8) for g in groups]
+    sfx = [f"_{g}" if g else "" for g in groups]
+    m = [vx.tile(f"v_m{sfx[g]}", MemSpace.UB, f32, stat, sv[g], "stat") for g in groups]
+    l_ = [vx.tile(f"v_l{sfx[g]}", MemSpace.UB, f32, stat, sv[g], "stat") for g in groups]
+    acc = [vx.tile(f"v_acc{sfx[g]}", MemSpace.UB, f32, (half, Ev), (rv[g], Ev), "acc") for g in groups]
+    out = [vx.tile(f"v_out{sfx[g]}", MemSpace.UB, odt, (half, Ev), (rv[g], Ev), "pvin" if pvdt != f32 else "pv")
+           for g in groups]
     T = vx.tiles
     # A narrow P V handoff: P_j is computed as exp(s - m_new - shift) = P_j * 2^-log2(bk), so that a block's
     # P_j V_j (at most bk keys of P <= 1) stays within |v| <= the dtype's largest value; l_j sums the same
     # shifted P, so O = acc / l is unchanged up to rounding: the fp32 exponent s - (m_new + ln bk) rounds as
     # s - m_new does, and the fp16 P is subnormal (absolute steps of 2^-24 * bk) below 2^-14 * bk of the row max
     shift = math.log(bk) if pvdt != f32 else 0.0
+    # UB regions. One group: S double buffered (s0 / s1), the mask on P's bytes. Two groups (each AIV keeps
+    # two groups' accumulators and statistics): one S buffer (a group's S loads while the other group's
+    # softmax and fold run), the mask on P V's bytes (only the vector pipe touches either; the row reductions'
+    # scratch finds room there too), one P and one P V staging buffer.
+    s_region = (lambda u: f"s{u % 2}") if G == 1 else (lambda u: "s")
+    mask_region = ("p" if pvdt != f32 else "mask") if G == 1 else "pv"
 
-    def softmax(jj, u):
+    def softmax(jj, u, g):
         kv = block_kv(jj)
-        s = vx.tile(f"v_s{u}", MemSpace.UB, f32, (half, bk), (rv, kv), f"s{u % 2}")
-        lj = vx.tile(f"v_lj{u}", MemSpace.UB, f32, stat, sv, "stat")
-        mn = vx.tile(f"v_mn{u}", MemSpace.UB, f32, stat, sv, "stat")
-        al = f"v_alpha{u}"
-        ops = [mark(instr("TLOAD", [s, GMRegion("ws_s", (base + u * mq + row0, 0), True)], T, None, loc),
-                    "ws_s", "v"),
+        s = vx.tile(f"v_s{u}{sfx[g]}", MemSpace.UB, f32, (half, bk), (rv[g], kv), s_region(u))
+        lj = vx.tile(f"v_lj{u}", MemSpace.UB, f32, stat, sv[g], "stat")
+        mn = vx.tile(f"v_mn{u}", MemSpace.UB, f32, stat, sv[g], "stat")
+        al = f"v_alpha{u}{sfx[g]}"
+        ops = [mark(instr("TLOAD", [s, GMRegion("ws_s", (row(u, g) + row0, 0), True)], T, None, loc),
+                    "ws_s", g, "v"),
                instr("TMULS", [s, s, float(scale)], T, None, loc)]
         if diag is not None:
-            # the mask's tile shares P's region when P V comes back narrow (P is written after the mask is used)
-            mk = vx.tile(f"v_mask{u}", MemSpace.UB, f32, (half, bk), (rv, kv), "p" if pvdt != f32 else "mask")
-            d = q0 + row0 + diag - jj * bk          # key c of the block is kept by row r when c <= r + d
-            partial = sympy.Gt(jj * bk + bk - 1, q0 + row0 + diag) if skip else sympy.true
+            mk = vx.tile(f"v_mask{u}{sfx[g]}", MemSpace.UB, f32, (half, bk), (rv[g], kv), mask_region)
+            d = qg[g] + row0 + diag - jj * bk          # key c of the block is kept by row r when c <= r + d
+            partial = sympy.Gt(jj * bk + bk - 1, qg[g] + row0 + diag) if skip else sympy.true
             ops.append(If(partial, [instr("TTRIL", [mk, d], T, None, loc),
                                     instr("TADDS", [mk, mk, -1.0], T, None, loc),
                                     instr("TMULS", [mk, mk, -NEG], T, None, loc),
                                     instr("TADD", [s, s, mk], T, None, loc)]))
-        ops += [instr("TROWMAX", [lj, s], T, None, loc), instr("TMAX", [mn, m, lj], T, None, loc),
-                instr("TSUB", [al, m, mn], T, None, loc), instr("TEXP", [al, al], T, None, loc),
-                instr("TMOV_V", [m, mn], T, None, loc)]
+        ops += [instr("TROWMAX", [lj, s], T, None, loc), instr("TMAX", [mn, m[g], lj], T, None, loc),
+                instr("TSUB", [al, m[g], mn], T, None, loc), instr("TEXP", [al, al], T, None, loc),
+                instr("TMOV_V", [m[g], mn], T, None, loc)]
         if shift:
             ops.append(instr("TADDS", [mn, mn, shift], T, None, loc))
         ops += [instr("TROWEXPANDSUB", [s, s, mn], T, None, loc),
                 instr("TEXP", [s, s], T, None, loc), instr("TROWSUM", [lj, s], T, None, loc),
-                instr("TMUL", [l_, l_, al], T, None, loc), instr("TADD", [l_, l_, lj], T, None, loc)]
-        p16 = vx.tile(f"v_p{u}", MemSpace.UB, dt, (half, bk), (rv, kv), "p")
+                instr("TMUL", [l_[g], l_[g], al], T, None, loc), instr("TADD", [l_[g], l_[g], lj], T, None, loc)]
+        p16 = vx.tile(f"v_p{u}{sfx[g]}", MemSpace.UB, dt, (half, bk), (rv[g], kv), "p")
         ops += [instr("TCVT", [p16, s], T, None, loc),
-                mark(instr("TSTORE", [GMRegion("ws_p", (base + u * mq + row0, 0), True), p16], T, None, loc),
-                     "ws_p", "v")]
+                mark(instr("TSTORE", [GMRegion("ws_p", (row(u, g) + row0, 0), True), p16], T, None, loc),
+                     "ws_p", g, "v")]
         return ops
 
-    def fold(jj, u):
-        pvt = vx.tile(f"v_pv{u}", MemSpace.UB, f32, (half, Ev), (rv, Ev), "pv")
-        pin = pvt if pvdt == f32 else vx.tile(f"v_pvin{u}", MemSpace.UB, pvdt, (half, Ev), (rv, Ev), "pvin")
-        al = f"v_alpha{u}"
-        ops = [mark(instr("TLOAD", [pin, GMRegion("ws_pv", (base + u * mq + row0, 0), True)], T, None, loc),
-                    "ws_pv", "v")]
+    def fold(jj, u, g):
+        pvt = vx.tile(f"v_pv{u}{sfx[g]}", MemSpace.UB, f32, (half, Ev), (rv[g], Ev), "pv")
+        pin = pvt if pvdt == f32 else vx.tile(f"v_pvin{u}{sfx[g]}", MemSpace.UB, pvdt, (half, Ev), (rv[g], Ev),
+                                              "pvin")
+        al = f"v_alpha{u}{sfx[g]}"
+        ops = [mark(instr("TLOAD", [pin, GMRegion("ws_pv", (row(u, g) + row0, 0), True)], T, None, loc),
+                    "ws_pv", g, "v")]
         if pin != pvt:
             ops.append(instr("TCVT", [pvt, pin], T, None, loc))
-        return ops + [instr("TROWEXPANDMUL", [acc, acc, al], T, None, loc),
-                      instr("TADD", [acc, acc, pvt], T, None, loc)]
+        return ops + [instr("TROWEXPANDMUL", [acc[g], acc[g], al], T, None, loc),
+                      instr("TADD", [acc[g], acc[g], pvt], T, None, loc)]
 
     # alpha_j lives from softmax(j) to fold(j), PRELOAD copies later (across the loop's back edge): a region each
     for u in range(U):
-        vx.tile(f"v_alpha{u}", MemSpace.UB, f32, stat, sv, f"alpha{u}")
-    vec_task = [instr("TEXPANDS", [m, float("-inf")], T, None, loc), instr("TEXPANDS", [l_, 0.0], T, None, loc),
-                instr("TEXPANDS", [acc, 0.0], T, None, loc)]
-    vec_task += skewed(softmax, fold)
-    vec_task += [instr("TROWEXPANDDIV", [acc, acc, l_], T, None, loc), instr("TCVT", [out, acc], T, None, loc),
-                 If(sympy.Gt(left, 0), [instr("TSTORE", [GMRegion("o", (h, q0 + row0, 0), True), out], T, None, loc)])]
+        for g in groups:
+            vx.tile(f"v_alpha{u}{sfx[g]}", MemSpace.UB, f32, stat, sv[g], f"alpha{u}")
+    vec_task = []
+    for g in groups:
+        vec_task += [instr("TEXPANDS", [m[g], float("-inf")], T, None, loc),
+                     instr("TEXPANDS", [l_[g], 0.0], T, None, loc), instr("TEXPANDS", [acc[g], 0.0], T, None, loc)]
+    # a group's softmax, then its fold: the other group's steps cover the loads into the shared buffers
+    steps = []
+    for g in groups:
+        steps += [("first", lambda jj, u, g=g: guarded(needs(jj, g), softmax(jj, u, g))),
+                  ("second", lambda jj, u, g=g: guarded(needs(jj, g), fold(jj, u, g)))]
+    vec_task += skewed(steps)
+    for g in groups:
+        vec_task += [instr("TROWEXPANDDIV", [acc[g], acc[g], l_[g]], T, None, loc),
+                     instr("TCVT", [out[g], acc[g]], T, None, loc),
+                     If(sympy.Gt(left[g], 0), [instr("TSTORE", [GMRegion("o", (h, qg[g] + row0, 0), True), out[g]],
+                                                     T, None, loc)])]
     vec = Block(f"{p.name}_aiv", CoreType.AIV, gm, [], [], [For(t, BLOCK_IDX, n_tasks, BLOCK_NUM, vec_task)], loc)
     vec.tiles = list(vx.tiles.values())
     kernel = Kernel(p.name, [cube, vec], loc)
     kernel.attrs["decisions"] = {
         "kind": "flash", "form": "flash", "tile_source": "flash form",
-        "tile": {"query rows": mq, "keys": bk}, "sizes": {"query rows": L, "keys": S, "heads": bh},
+        "tile": {"query rows": mqt, "keys": bk}, "sizes": {"query rows": L, "keys": S, "heads": bh},
         "cube subtile keys": ck, "head dim": E,
-        "buffers": {"workspace slots": U, "vector rows per sub-block": half,
+        "buffers": {"workspace slots": U, "vector rows per sub-block": half * G, "row groups": G,
                     "handoff dtypes": f"S {sdt.name}, P {dt.name}, PV {pvdt.name}",
                     "softmax dtype": f32.name},
         "pipelining": P + 1, "preload": P, "block_dim": block_dim,

@@ -89,7 +89,8 @@ def test_one_cluster_kernel_and_its_decisions():
     kernel = next(iter(graph.kernels.values()))
     assert sorted(b.core for b in kernel.blocks) == [CoreType.AIC, CoreType.AIV]
     d = kernel.attrs["decisions"]
-    assert d["form"] == "flash" and d["tile"]["query rows"] == 128 and d["tile"]["keys"] == 128
+    assert d["form"] == "flash" and d["tile"]["query rows"] == 256 and d["tile"]["keys"] == 128
+    assert d["buffers"]["row groups"] == 2 and d["buffers"]["vector rows per sub-block"] == 128
     assert d["cube subtile keys"] == 128 and d["buffers"]["softmax dtype"] == "float32"
     assert d["buffers"]["handoff dtypes"] == "S float32, P float16, PV float16"
     assert d["pipelining"] == 3 and d["buffers"]["workspace slots"] == 4
@@ -97,7 +98,7 @@ def test_one_cluster_kernel_and_its_decisions():
     assert report.decisions[kernel.name]["form"] == "flash" and "bound" in report.decisions[kernel.name]
     assert str(report)                              # the report prints the kernel's decisions
     cols = report.decisions_table().columns
-    assert cols[1]._cells[0] == "query rows 128/512 x keys 128/512 (flash form)" and cols[3]._cells[0] == "3 stages"
+    assert cols[1]._cells[0] == "query rows 256/512 x keys 128/512 (flash form)" and cols[3]._cells[0] == "3 stages"
 
 
 def test_softmax_statistics_are_one_contiguous_span():
@@ -115,8 +116,8 @@ def test_softmax_statistics_are_one_contiguous_span():
 
 
 def test_masked_key_blocks_are_skipped():
-    """Causal at 512 x 512 (fp16: 128-row query blocks, 128-key blocks): query block i runs the key blocks up to
-    its last row only, i + 1 of them (10 of 16); static_masks=False runs all 16."""
+    """Causal at 512 x 512 (fp16: 128-row query groups, two to a task, 128-key blocks): query group i runs the key
+    blocks up to its last row only, i + 1 of them (10 of 16); static_masks=False runs all 16."""
     q, k, v = _inputs((1, 512, 128), (1, 512, 128), "fp16")
     flops = {}
     for sm in (True, False):
@@ -215,8 +216,9 @@ def test_scale_is_applied():
 
 
 def test_causal_tasks_longest_first_over_the_clusters():
-    """48 causal tasks on 24 clusters: the longest-first snake order (decisions' task order) stays exact."""
-    q, k, v = _inputs((24, 256, 32), (24, 300, 32), "fp16", seed=7)
+    """48 causal tasks (two 256-row tasks per head) on 24 clusters: the longest-first snake order (decisions'
+    task order) stays exact."""
+    q, k, v = _inputs((24, 512, 32), (24, 300, 32), "fp16", seed=7)
     out = pypto.jit(_sdpa(True), backend="sim")(q, k, v)
     _check(out, q, k, v, "fp16", causal=True)
     d = next(iter(pypto.last_report().decisions.values()))
