@@ -9,7 +9,7 @@ from models.qwen3_next.functional import GDNArgumentError
 from models.qwen3_next.reference import (causal_conv1d_update_ref, gated_deltanet_layer_ref, gdn_gates,
                                          make_random_weights, recurrent_gated_delta_rule_ref)
 
-TOL = {torch.float32: 1e-5, torch.bfloat16: 5e-3}
+TOL = {torch.float32: 1e-5, torch.bfloat16: 5e-3, torch.float16: 5e-3}
 
 
 def rel_rms(a, b):
@@ -74,6 +74,10 @@ def test_small_heads_against_the_oracle(B, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_default_head_dims(dtype):
     check(3, H=2, HV=4, K=128, V=128, dtype=dtype, seed=1)    # Qwen3-Next's K = V = 128: 4 column blocks
+
+
+def test_fp16():
+    check(3, H=2, HV=4, K=32, V=32, dtype=torch.float16, seed=4)
 
 
 def test_unequal_dims_and_a_short_conv():
