@@ -184,6 +184,7 @@ _BUILDER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow     # three fresh processes importing torch: minutes on a loaded 2-core box; CI's slow step runs it
 def test_three_processes_building_one_kernel_at_once(tmp_path):
     script = tmp_path / "builder.py"
     script.write_text(_BUILDER.format(root=str(ROOT)))

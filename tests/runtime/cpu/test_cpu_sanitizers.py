@@ -49,6 +49,7 @@ def _run_sanitized(tmp_path, cases):
     assert builds and all("-fsanitize=address,undefined" in p.read_text() for p in builds)
 
 
+@pytest.mark.slow     # an ASan/UBSan build of the runtime (about a minute); CI's slow step runs it
 def test_one_example_under_sanitizers(tmp_path):
     _run_sanitized(tmp_path, ["pro_add"])
 
