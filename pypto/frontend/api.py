@@ -295,6 +295,8 @@ def _parse_index(x: Tensor, idx, requested: list | None = None):
 
 def getitem(x, idx) -> Tensor:
     x = as_tensor(x, "getitem")
+    if isinstance(idx, Tensor) and idx.ndim == 1 and idx.dtype in (dtypes.int32, dtypes.int64):
+        return emit("index_select", [x, idx], {"dim": 0})      # x[idx]: whole rows (a row gather)
     scalar_read = _data_scalar(x, idx)
     if scalar_read is not None:
         return scalar_read

@@ -1,5 +1,5 @@
 """Traced shape ops, torch-named: transpose t permute unsqueeze squeeze flatten expand expand_as
-broadcast_to concat/cat stack split chunk tril triu arange pad fillpad gather index_select masked_fill
+broadcast_to concat/cat stack split chunk tril triu arange pad fillpad gather index_select index_copy masked_fill
 and the ``*_like`` fills.
 
 unsqueeze/squeeze/flatten record a ``reshape``; split/chunk record ``view``s of the input (writes
@@ -22,7 +22,7 @@ from .tensor import Tensor
 __all__ = ["transpose", "t", "permute", "unsqueeze", "squeeze", "flatten", "expand", "expand_clone", "expand_as",
            "broadcast_to",
            "concat", "cat", "stack", "split", "chunk", "tril", "triu", "arange", "pad", "fillpad", "gather",
-           "index_select", "scatter", "scatter_", "masked_fill", "zeros_like", "ones_like", "full_like"]
+           "index_select", "index_copy", "index_copy_", "scatter", "scatter_", "masked_fill", "zeros_like", "ones_like", "full_like"]
 
 
 def transpose(input, dim0: int, dim1: int) -> Tensor:
@@ -282,6 +282,20 @@ def index_select(input, dim: int, index) -> Tensor:
     x = as_tensor(input, "index_select")
     return emit("index_select", [x, as_tensor(index, "index_select", "index")],
                 {"dim": normalize_dim(x, dim, "index_select")})
+
+
+def index_copy(input, dim: int, index, source) -> Tensor:
+    """torch.index_copy: a copy of ``input`` with its slices ``index[i]`` along ``dim`` replaced by the slices
+    ``i`` of ``source`` (along dim 0: whole rows, a row scatter)."""
+    x = as_tensor(input, "index_copy")
+    return emit("index_copy", [x, as_tensor(index, "index_copy", "index"), as_tensor(source, "index_copy", "source")],
+                {"dim": normalize_dim(x, dim, "index_copy")})
+
+
+def index_copy_(input, dim: int, index, source) -> Tensor:
+    """In-place torch.index_copy_: ``input`` takes the result; returns ``input``."""
+    input[...] = index_copy(input, dim, index, source)
+    return input
 
 
 def scatter(input, dim: int, index, src=None, *, value=None, reduce=None) -> Tensor:

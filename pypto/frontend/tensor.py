@@ -233,7 +233,7 @@ METHODS = {
     "transpose": "transpose", "t": "t", "permute": "permute", "unsqueeze": "unsqueeze", "squeeze": "squeeze",
     "flatten": "flatten", "expand": "expand", "expand_as": "expand_as", "broadcast_to": "broadcast_to",
     "split": "split", "chunk": "chunk", "tril": "tril", "triu": "triu", "gather": "gather",
-    "index_select": "index_select", "scatter": "scatter", "scatter_": "scatter_", "masked_fill": "masked_fill",
+    "index_select": "index_select", "index_copy": "index_copy", "index_copy_": "index_copy_", "scatter": "scatter", "scatter_": "scatter_", "masked_fill": "masked_fill",
 }
 METHODS |= {op.name: op.name for op in REGISTRY.values() if op.form is not None}
 for _name, _fn in METHODS.items():

@@ -1,5 +1,5 @@
 """Shape and data-movement ops: transpose permute expand concat tril triu arange pad fillpad gather
-index_select scatter. (unsqueeze/squeeze/flatten are ``reshape``; split/chunk are ``view``s — see the frontend.)
+index_select index_copy scatter. (unsqueeze/squeeze/flatten are ``reshape``; split/chunk are ``view``s — see the frontend.)
 
 Attrs hold normalised, non-negative dims; sizes may be symbolic. Every op keeps its input's dtype
 except arange (its own) and the index inputs of gather/index_select/scatter (int32 or int64)."""
@@ -228,6 +228,29 @@ def _index_select_infer(ins, attrs):
 register(OpDef("index_select", "shape", _index_select_infer,
                lambda ins, attrs: torch.index_select(ins[0], attrs["dim"], ins[1].long()), flops=0, num_inputs=2,
                doc="inputs: (input, index 1-D); attrs: dim"))
+
+
+def _index_copy_infer(ins, attrs):
+    x, index, src = ins
+    dim = check_dims(x, (attrs["dim"],), "index_copy")[0]
+    _check_index(index, "index_copy")
+    if index.rank != 1:
+        raise ShapeError(f"index_copy: index must be 1-D, found {fmt_shape(index.shape)}")
+    if src.dtype != x.dtype:
+        raise DTypeError(f"index_copy: source ({src.dtype.name}) must have the input's dtype ({x.dtype.name})")
+    want = list(x.shape)
+    want[dim] = index.shape[0]
+    if src.rank != x.rank or any(_known_greater(a, b) or _known_greater(b, a) for a, b in zip(src.shape, want)):
+        raise ShapeError(f"index_copy: source must have shape {fmt_shape(tuple(want))} (the input's, with dim {dim} "
+                         f"the index's length), found {fmt_shape(src.shape)}")
+    return ValueInfo(x.shape, x.dtype)
+
+
+register(OpDef("index_copy", "shape", _index_copy_infer,
+               lambda ins, attrs: torch.index_copy(ins[0], attrs["dim"], ins[1].long(), ins[2]), flops=0,
+               num_inputs=3,
+               doc="inputs: (input, index 1-D, source); attrs: dim. out = input, then out[index[i]] = source[i] "
+                   "along dim, as torch.index_copy; where indices repeat, the last one wins (torch CPU's order)"))
 
 
 SCATTER_REDUCE = (None, "add", "multiply")

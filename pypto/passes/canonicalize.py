@@ -7,7 +7,7 @@
   reduction would);
 * ``argmax`` over the whole of a tensor of rank > 1 reduces its flattened form;
 * ``cumsum`` and ``argmax`` along a dim too long for one tile run blockwise (``wide_scans``);
-* ``index_select`` along dim 0 and a 1-D ``scatter`` without reduce become row moves by indexed DMA
+* ``index_select`` and ``index_copy`` along dim 0 and a 1-D ``scatter`` without reduce become row moves by indexed DMA
   (row_moves.py: MGATHER / MSCATTER, linear in the rows moved; each index checked by the move itself, so
   they get no count output);
 * other ``index_select`` and ``gather`` become a select against a generated index and a sum over it
@@ -17,7 +17,8 @@
 * ``scatter`` becomes the same one-hot compare, of every index against every position of its dim,
   then a reduction over the indices (any hit; the last hit's value; the sum or product of the hits for
   reduce='add' / 'multiply') and a select against the input; the index's extent is padded to the
-  input's in the other dims (no hit there). The index checks are as for gather;
+  input's in the other dims (no hit there). The index checks are as for gather; an ``index_copy`` along
+  another dim is that scatter of its index expanded over the slices;
 * dead nodes drop out (rebuild keeps only what the outputs need).
 """
 from __future__ import annotations
@@ -155,8 +156,10 @@ def _gather(g, nid, ins):
 
 def _scatter(g, nid, ins):
     rows = scatter_rows(g, nid, ins)
-    if rows is not None:
-        return rows
+    return rows if rows is not None else _scatter_onehot(g, nid, ins)
+
+
+def _scatter_onehot(g, nid, ins):
     a = g.node(nid)["attrs"]
     x, idx = ins[0], ins[1]
     src = ins[2] if len(ins) == 3 else None
@@ -207,8 +210,20 @@ def _scatter(g, nid, ins):
     return out
 
 
+def _index_copy(g, nid, ins):
+    """index_copy: a row scatter along dim 0, else the scatter of its index expanded over the slices."""
+    rows = scatter_rows(g, nid, ins)
+    if rows is not None:
+        return rows
+    x, idx, src = ins
+    d = g.node(nid)["attrs"]["dim"]
+    shape = [1] * x.ndim
+    shape[d] = idx.shape[0]
+    return _scatter_onehot(g, nid, [x, P.expand(P.reshape(idx, tuple(shape)), tuple(src.shape)), src])
+
+
 RULES = {"cast": _fold_cast, "argmax": _flatten_argmax, "index_select": _index_select, "gather": _gather,
-         "scatter": _scatter,
+         "scatter": _scatter, "index_copy": _index_copy,
          "cumsum": cumsum_rule}
 RULES |= {op: _split_reduce for op in SPLITTABLE}
 

@@ -25,6 +25,7 @@ def _input_dim(shapes, attrs):
 # one_hot / bincount / index_add are decomposed into scatters before canonicalize; listing them here
 # checks their index arguments on the host (runtime/index_bounds.py) and on the reference backend.
 INDEX_OPS = {"index_select": (1, _input_dim), "gather": (1, _input_dim), "scatter": (1, _input_dim),
+             "index_copy": (1, _input_dim),
              "index_add": (1, _input_dim), "one_hot": (0, lambda shapes, attrs: attrs["num_classes"]),
              "bincount": (0, lambda shapes, attrs: attrs["minlength"])}
 VALUE_PRESERVING = ("reshape", "transpose", "permute", "expand")

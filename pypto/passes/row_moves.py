@@ -1,6 +1,6 @@
 """Row gather / scatter along dim 0 by indexed DMA (MGATHER / MSCATTER, pypto/ir/isa.py), the row form of
-``index_select(x, 0, idx)`` and of a 1-D ``scatter(x, 0, idx, src)`` (canonicalize.py picks it; the other
-forms keep the one-hot compare).
+``index_select(x, 0, idx)`` (and ``x[idx]``), ``index_copy(x, 0, idx, src)`` and a 1-D
+``scatter(x, 0, idx, src)`` (canonicalize.py picks it; the other forms keep the one-hot compare).
 
     gather   out[i, :] = table[idx[i], :]          table [R, C], idx [n] -> out [n, C]
     scatter  x[idx[i], :] = src[i, :]              x [R, C] updated in place, src [n, C], idx [n]
@@ -171,6 +171,9 @@ def row_form(g, nid) -> bool:
     if op == "scatter":
         return len(infos) == 3 and a.get("reduce") is None and a["dim"] == 0 and infos[0].rank == 1 and \
             infos[1].rank == 1 and infos[0].dtype in ROW_DTYPES
+    if op == "index_copy":
+        x, idx, _ = infos
+        return a["dim"] == 0 and x.dtype in ROW_DTYPES and all(_static(d) is not None for d in x.shape[1:])
     return False
 
 
@@ -190,16 +193,17 @@ def gather_rows(g, nid, ins):
 
 
 def scatter_rows(g, nid, ins):
-    """A 1-D scatter(x, 0, idx, src) without reduce (x[idx[i]] = src[i], torch.index_copy's meaning) as a
-    row scatter of one-element rows, or None."""
+    """index_copy(x, 0, idx, src) (x[idx[i]] = src[i], whole rows) or a 1-D scatter(x, 0, idx, src) without
+    reduce (the same for one-element rows) as a row scatter, or None."""
     from ..frontend import api as P
     if not row_form(g, nid):
         return None
     x, idx, src = ins
     n = idx.shape[0]
-    if tuple(src.shape) != (n,):
-        src = P.view(src, (n,), (0,))
-    node = RowMoveNode("scatter", x.dtype, 1, n, g.op(nid), g.node(nid)["loc"])
-    call = P.emit("custom_kernel", [_rows_view(x), _index_column(idx), _rows_view(src)],
-                  {"kernel": node, "scalars": {}})
-    return P.reshape(P.emit("kernel_result", [call], {"index": 0}), (x.shape[0],))
+    if x.ndim == 1 and tuple(src.shape) != (n,):
+        src = P.view(src, (n,), (0,))             # scatter: the leading part of a longer src
+    table, rows = _rows_view(x), _rows_view(src)
+    node = RowMoveNode("scatter", x.dtype, _static(table.shape[1]), n, g.op(nid), g.node(nid)["loc"])
+    call = P.emit("custom_kernel", [table, _index_column(idx), rows], {"kernel": node, "scalars": {}})
+    out = P.emit("kernel_result", [call], {"index": 0})
+    return out if x.ndim == 2 else P.reshape(out, tuple(x.shape))

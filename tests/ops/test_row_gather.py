@@ -139,3 +139,56 @@ def test_row_gather_cost_is_linear():
         f(torch.empty(rows, 256, dtype=torch.bfloat16), torch.zeros(512, dtype=torch.int32))
         times.append(f.last_report.time_us)
     assert abs(times[1] - times[0]) <= 0.05 * times[0], times
+
+
+@pytest.mark.parametrize("backend", ["sim", "cpu", "reference"])
+def test_index_copy(backend):
+    """index_copy along dim 0 (a row scatter of whole rows, 2-D and 3-D) and along dim 1 (the one-hot
+    scatter), fp32 and bf16, vs torch; x[idx] as index_select; an index outside x is an error."""
+    @pypto.jit(backend=backend)
+    def put_rows(x, idx, src):
+        return (x + 1.0).index_copy(0, idx, src)
+
+    for dt in (torch.float32, torch.bfloat16):
+        x, src = _table(300, 24, dt), _table(140, 24, dt, seed=4)
+        idx = torch.randperm(300)[:140]
+        assert torch.equal(put_rows(x, idx, src), (x + 1.0).index_copy(0, idx, src))
+    x3, s3 = torch.randn(7, 2, 8), torch.randn(3, 2, 8)
+    i3 = torch.tensor([6, 0, 2])
+    assert torch.equal(put_rows(x3, i3, s3), (x3 + 1.0).index_copy(0, i3, s3))
+    if backend != "reference":
+        assert any(k.startswith("row_scatter") for k in _kernels(put_rows))
+
+    @pypto.jit(backend=backend)
+    def put_cols(x, idx, src):
+        return pypto.index_copy(x, 1, idx, src)
+    x, src = torch.randn(5, 9), torch.randn(5, 3)
+    idx = torch.tensor([8, 1, 4])
+    assert torch.equal(put_cols(x, idx, src), x.index_copy(1, idx, src))
+
+    @pypto.jit(backend=backend)
+    def gather_rows(x, idx):
+        return x[idx + 1]
+    x = torch.randn(6, 10)
+    assert torch.equal(gather_rows(x, torch.tensor([4, 0, 0])), x[[5, 1, 1]])
+    with pytest.raises(pypto.IndexOutOfRangeError, match=r"expected 0 <= index < 6"):
+        gather_rows(x, torch.tensor([5]))
+    with pytest.raises(pypto.IndexOutOfRangeError):
+        put_rows(torch.randn(4, 24), torch.tensor([4]), torch.randn(1, 24))
+
+
+def test_gather_inside_a_loop_checks_its_indices():
+    """A row gather in a pypto.loop body (where no index count is emitted): right rows, and an index past
+    the table an error at the call."""
+    @pypto.jit(backend="sim")
+    def per_step(x: pypto.Tensor[[DYN, 32], pypto.float32], idx: pypto.Tensor[[4, 8], pypto.int32]):
+        out = pypto.zeros(4, 8, 32)
+        for i in pypto.loop(4):
+            out[i] = pypto.index_select(x, 0, pypto.reshape(idx[i], [8]) + 1)
+        return out
+    x = _table(20, 32, torch.float32)
+    idx = torch.randint(0, 19, (4, 8), dtype=torch.int32)
+    assert torch.equal(per_step(x, idx), x[(idx + 1).long()])
+    idx[2, 3] = 19
+    with pytest.raises(pypto.IndexOutOfRangeError, match=r"got index 20 .* expected 0 <= index < 20"):
+        per_step(x, idx)

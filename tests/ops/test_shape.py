@@ -1,5 +1,5 @@
 """Shape, view and data-movement ops vs torch eager: transpose permute unsqueeze squeeze flatten expand
-concat stack split chunk tril triu arange pad fillpad gather index_select scatter masked_fill reshape views
+concat stack split chunk tril triu arange pad fillpad gather index_select index_copy scatter masked_fill reshape views
 and fills; dynamic sizes from one trace; fillpad on tail tiles in a loop; user errors."""
 import math
 
@@ -76,6 +76,10 @@ CASES = [
          else x.scatter_add(1, i.long(), s[:, :5]), [X, Inp((T, 5), "index:24", torch.int32), Inp((T, 8))], tol=2.0),
     Case("index_select_last", lambda m, x, i: m.index_select(x, -1, i), [X, Inp((7,), "index:24", I64)]),
     Case("index_select_dynamic_index", lambda m, x, i: x.index_select(0, i), [Inp((16, 6)), Inp((T,), "index:16", I64)]),
+    Case("index_copy_rows", lambda m, x, i, s: m.index_copy(x, 0, i, s), [Inp((24, 6)), Inp((T,), "index:24", I64),
+                                                                         Inp((T, 6))]),
+    Case("index_copy_last", lambda m, x, i, s: m.index_copy(x, 1, i, s), [Inp((T, 9)), Inp((4,), "index:9", I64),
+                                                                         Inp((T, 4))]),
     Case("masked_fill", lambda m, x, mask: x.masked_fill(mask, -1000.0), [X, Inp((T, 24), "bool")]),
     Case("masked_fill_broadcast", lambda m, x, mask: m.masked_fill(x, mask, 0.0), [X, Inp((1, 24), "bool")]),
     Case("getitem_box", lambda m, x: x[1:5, 2:-3], [X]),
@@ -161,6 +165,10 @@ ERRORS = [
      r"gather: index must be int32 or int64, found float32"),
     (lambda m, x, i: m.gather(x, 1, i), [X, Inp((T,), "index:24", I64)], ShapeError, r"gather: index \[T\] and input"),
     (lambda m, x, i: m.index_select(x, 0, i), [X, Inp((2, 2), "index:4", I64)], ShapeError, r"index must be 1-D"),
+    (lambda m, x, i, s: m.index_copy(x, 0, i, s), [X, Inp((3,), "index:4", I64), Inp((2, 24))], ShapeError,
+     r"index_copy: source must have shape \[3, 24\]"),
+    (lambda m, x, i, s: x.index_copy(0, i, s), [X, Inp((3,), "index:4", I64), Inp((3, 24), dtype=torch.float16)],
+     DTypeError, r"index_copy: source \(float16\) must have the input's dtype"),
     (lambda m, x, i: x.masked_fill(i, 0.0), [X, Inp((T, 24), "index:2", I64)], DTypeError, r"condition must be bool"),
 ]
 
