@@ -6,7 +6,7 @@ cube roofline of its routed FLOPs:
 
 Default: 4096 tokens, hidden 2048, 64 experts, top-8, moe_intermediate 512, shared expert 512, bf16.
 The block is two programs (see moe.py): ``experts`` (the grouped SwiGLU whose per-expert trip counts
-and offsets are data scalars, the unpermute and weighted sum, the gated shared expert) and ``dispatch``
+and offsets are data scalars, the unpermute and weighted sum in one kernel, the gated shared expert) and ``dispatch``
 (router, softmax, top-k, counts, the permutation and the permuted tokens). The experts program needs
 real counts even when timing only, so its inputs are the routing of random tokens by a random router
 (moe_reference.route: about 512 rows per expert); the dispatch program's timing does not depend on
@@ -19,10 +19,10 @@ are row gathers / a row scatter by indexed DMA (MGATHER / MSCATTER, pypto/passes
 row's rank inside its expert a blocked prefix scan (moe.dispatch_plan), both linear in the tokens. Each
 part also lists its longest kernels (span on the timeline, what bound each: Report.decisions).
 
-What bounds the block (default sizes, a2a3): the grouped SwiGLU, 1084 us of the block's 1663 us (0.341 of
-the roofline; a5 1854 us, 0.229), whose 192 chunk tasks keep the AICs 73% busy; after it, in series, the
-unpermute (a row gather of N k rows, ~78 us, MTE2) and the weighted sum over the k slots (~108 us, HBM);
-the dispatch program takes ~200 us (router, top-k, the permuted tokens' row gather ~65 us, MTE3).
+What bounds the block (default sizes, a2a3): the grouped SwiGLU, 1084 us of the block's 1618 us (0.350 of
+the roofline; a5 1819 us, 0.234), whose 192 chunk tasks keep the AICs 73% busy; after it, in series, the
+unpermute with the weighted sum over the k slots (one kernel, ~112 us, reading the N k routed rows from
+HBM); the dispatch program takes ~200 us (router, top-k, the permuted tokens' row gather ~65 us, MTE3).
 
     python benchmarks/bench_moe.py                       # a2a3
     python benchmarks/bench_moe.py --machine all         # a2a3 and a5

@@ -7,8 +7,9 @@ The block runs as two pypto programs (``moe(hidden_states)`` outside a trace):
               counts and offsets, each (token, slot)'s row in expert order, the tokens permuted into it
     experts   the grouped SwiGLU matmul: for each expert e, counts[e] and offsets[e] are read at run time
               (data scalars) as the trip count and row offset of its row chunks (0 tokens: no chunk runs),
-              into a scratch argument; then the unpermute, the weighted sum over the k slots and the gated
-              shared expert
+              into a scratch argument; then the unpermute and the weighted sum over the k slots in one
+              kernel (unpermute.py: each slot's rows gathered by indexed DMA into an fp32 accumulator) and
+              the gated shared expert
 
 Two programs because the grouped matmul's trip counts are data the dispatch computes, and a data scalar
 is read from an argument no task of its program writes (frontend/scalars.py). Inside an enclosing trace
@@ -33,6 +34,7 @@ import pypto.nn.functional as F
 from pypto.frontend.context import is_tracing, note
 
 from .config import Qwen3NextConfig
+from .unpermute import unpermute
 
 ROWS_PER_CHUNK = 1024       # rows of one expert per loop iteration: at 4096 tokens x top-8 over 64 experts
                             # (~512 rows each) one chunk per expert; bench_moe 4096 tokens a2a3, gate and up
@@ -255,8 +257,7 @@ def build_programs(config: Qwen3NextConfig, dt, rows_per_chunk: int = ROWS_PER_C
         # zeros of its own would be a 2 N k H-byte fill)
         N = x.shape[0]
         grouped_swiglu(x_perm, counts, offsets, gate_up, down, y_perm, rows_per_chunk)
-        y = pypto.reshape(pypto.index_select(y_perm, 0, rows), [N, k, H])
-        routed = pypto.sum(pypto.cast(y, pypto.float32) * pypto.unsqueeze(pypto.cast(weights, pypto.float32), -1), 1)
+        routed = unpermute(y_perm, pypto.reshape(rows, [N, k]), weights)         # fp32 [N, H]
         shared = shared_expert(x, shared_gate, shared_up, shared_down, shared_expert_gate)
         return pypto.cast(routed + pypto.cast(shared, pypto.float32), dt)
 

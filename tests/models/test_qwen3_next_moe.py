@@ -250,3 +250,31 @@ def test_the_block_with_several_dispatch_blocks(tiny):
     want = ref(x, st, c)
     own = ref(x.bfloat16(), {k_: v.bfloat16() for k_, v in st.items()}, c)
     assert rel_rms(got, want) <= 1.05 * rel_rms(own, want), (rel_rms(got, want), rel_rms(own, want))
+
+
+@pytest.mark.parametrize("backend", ["sim", "cpu", "reference"])
+def test_the_unpermute_kernel(backend):
+    """unpermute.py's one-kernel unpermute and weighted sum against torch: fp32 and bf16 rows (fp32
+    result), N = 37 (tiles of 16 tokens and a tail) and 5, H = 600 (a 512-column chunk and a tail), a row
+    index outside y_perm an error naming the unpermute."""
+    from models.qwen3_next.unpermute import unpermute
+    k, H, DYN = 3, 600, pypto.DYNAMIC
+    for dt in (torch.float32, torch.bfloat16):
+        pdt = pypto.dtypes.from_torch(dt)
+
+        @pypto.jit(backend=backend)
+        def f(y: pypto.Tensor[[DYN, H], pdt], rows: pypto.Tensor[[DYN, k], pypto.int32],
+              w: pypto.Tensor[[DYN, k], pdt]):
+            return unpermute(y, rows, w)
+        for N in (37, 5):
+            y = torch.randn(N * k, H).to(dt)
+            rows = torch.randperm(N * k).reshape(N, k).to(torch.int32)
+            w = torch.rand(N, k).to(dt)
+            want = (y[rows.long()].float() * w.float().unsqueeze(-1)).sum(1)
+            got = f(y, rows, w)
+            assert got.dtype == torch.float32
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    if backend != "reference":
+        rows[1, 2] = N * k
+        with pytest.raises(pypto.IndexOutOfRangeError, match="the MoE unpermute"):
+            f(y, rows, w)
