@@ -1,4 +1,6 @@
-"""The bounds rule of a GM access (TLOAD / TSTORE): one definition that every backend checks.
+"""The bounds rule of a GM access (TLOAD / TSTORE): one definition that every backend checks. (An indexed
+row move, MGATHER / MSCATTER, checks its row offset and columns, and each index against the rows:
+``row_index_text`` words a bad index; runtime/sim/indexed.py and kernel_support.hpp check it.)
 
 An access moves a *box* of its GM tensor. The box's offsets are the ``GMRegion``'s, one per dim of
 the tensor. Its extent is the tile's valid shape (rows, cols) over the tensor's last two dims —
@@ -106,6 +108,16 @@ def access_error_text(ins: Instr, block_name: str, offsets, extents, shape, one_
     return (f"GM access outside its tensor: `{instr_text(ins)}` (block {block_name}) {verb} "
             f"{region.param}[{span}] (offsets {list(offsets)}, extent {list(extents)}), but {region.param} "
             f"has shape {list(shape)}: {reason}")
+
+
+def row_index_text(ins, index: int, row: int, rows: int, param: str) -> str:
+    """The message of an MGATHER / MSCATTER index outside the rows it picks from, the same on sim and cpu.
+    No loc: the error is at the user's call of the compiled function, naming the line that traced the lookup."""
+    where = f" traced at {ins.loc}" if ins.loc is not None else ""
+    verb = "writes" if ins.op == "MSCATTER" else "reads"
+    op = ins.attrs.get("_lookup", ins.op)
+    return (f"{op} ({ins.op}){where} got index {index} at row {row} of its index tile, outside the dim of size {rows} "
+            f"it {verb} ({param}; expected 0 <= index < {rows}); nothing was moved")
 
 
 HINT = ("the tensors passed do not cover every box the kernel moves: check the argument shapes against "

@@ -14,7 +14,6 @@ import re
 
 from ...errors import IndexOutOfRangeError
 from ...ir import gm_bounds
-from ..sim.indexed import row_index_text
 from ...ir.block import CoreType
 from . import compiler
 from .errors import CpuKernelError
@@ -57,7 +56,7 @@ def _row_error(kernel, m):
     param = next(o.param for o in ins.operands if hasattr(o, "param"))
     verb = "writes" if ins.spec.kind == "store" else "reads"
     if row >= 0:
-        return IndexOutOfRangeError(row_index_text(ins, index, row, rows, param))
+        return IndexOutOfRangeError(gm_bounds.row_index_text(ins, index, row, rows, param))
     return CpuKernelError(f"{ins.op}: columns {c0}:{c1} of {width}, or the index tile's valid rows, do not fit "
                           f"{param} ({verb}); `{gm_bounds.instr_text(ins)}` (block {block.name})",
                           loc=ins.loc or kernel.loc)

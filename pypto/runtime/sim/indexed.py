@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import IndexOutOfRangeError, SimError
+from ...ir import gm_bounds
 
 GATHER, SCATTER = "gather", "scatter"
 REGIONS = (GATHER, SCATTER)
@@ -41,7 +42,7 @@ def execute(tv, gm: dict, cop, vals, arrays) -> None:
     bad = np.nonzero((rows < r0) | (rows >= n))[0]
     if bad.size:
         i = int(bad[0])
-        raise IndexOutOfRangeError(row_index_text(cop.stmt, int(rows[i] - r0), i, n - r0, cop.gm_param))
+        raise IndexOutOfRangeError(gm_bounds.row_index_text(cop.stmt, int(rows[i] - r0), i, n - r0, cop.gm_param))
     g = arrays.get(t)
     tile = tv.raw[cop.tiles[0].index][:r, :c]
     if cop.region == GATHER:
@@ -62,12 +63,3 @@ def measure(cop, issue: int, burst: int, port: float):
         return (issue * max(rows, 1), nbytes, port, 0, 0.0, rows * cols * isz if load else 0)
     return m
 
-
-def row_index_text(ins, index: int, row: int, rows: int, param: str) -> str:
-    """The message of an index outside the rows a row move picks from, the same on sim and cpu. No loc:
-    the error is at the user's call of the compiled function, naming the line that traced the lookup."""
-    where = f" traced at {ins.loc}" if ins.loc is not None else ""
-    verb = "writes" if ins.op == "MSCATTER" else "reads"
-    op = ins.attrs.get("_lookup", ins.op)
-    return (f"{op} ({ins.op}){where} got index {index} at row {row} of its index tile, outside the dim of size {rows} "
-            f"it {verb} ({param}; expected 0 <= index < {rows}); nothing was moved")
