@@ -12,6 +12,7 @@ may be shared.
 
     python benchmarks/bench_sim.py                 # every case, both modes (a few minutes)
     python benchmarks/bench_sim.py --timing-only   # skip the functional runs
+    python benchmarks/bench_sim.py --case GDN      # only the cases whose name holds GDN
     python benchmarks/bench_sim.py --full          # adds matmul 8192^3
     python benchmarks/bench_sim.py --machine a5 --json bench_results/sim.json --png bench_results/sim.png
 """
@@ -175,12 +176,17 @@ def main():
     ap.add_argument("--full", action="store_true", help="include matmul 8192^3")
     ap.add_argument("--machine", default="a2a3")
     ap.add_argument("--timing-only", action="store_true", help="skip the functional runs")
+    ap.add_argument("--case", action="append", default=None,
+                    help="run only the cases whose name contains this text (repeatable)")
     ap.add_argument("--json", default=None, help="write the figures to this JSON file")
     ap.add_argument("--png", default=None, help="save a roofline chart of the cases here (needs pypto[plot])")
     args = ap.parse_args()
 
     rows, points = [], []
-    todo = cases(args.full)
+    todo = [c for c in cases(args.full) if not args.case or any(k in c.name for k in args.case)]
+    if not todo:
+        raise SystemExit(f"no case matches {', '.join(args.case)}; the cases: "
+                         + "; ".join(c.name for c in cases(args.full)))
     with progress(total=len(todo), desc="simulating", unit="case") as bar:
         for case in todo:
             rows.append(_measure(case, args, points))
