@@ -59,10 +59,13 @@ def _sync(bg: BlockGraph, spec) -> BlockGraph:
     return bg
 
 
-def _tile(g, spec, row_chunks=True, **options):
-    """A row-parallel program as a loop over row chunks (row_chunks.py), then the TileGraph."""
+def _tile(g, spec, notes: list, row_chunks=True, **options):
+    """A row-parallel program as a loop over row chunks (row_chunks.py; its note added to ``notes``), then the
+    TileGraph."""
     forced = None if row_chunks is True else int(row_chunks)
+    known = len(g.notes)
     g, fills = chunk_rows(g, spec, forced) if row_chunks is not False else (g, set())
+    notes.extend(g.notes[known:])
     tg = build_tile_graph(g, spec, **options)
     drop_fills(tg, fills)
     return tg
@@ -115,7 +118,8 @@ def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = 
     g = pm.run("canonicalize", canonicalize, g, verifier=_verify_graph)
     g = pm.run("autocast", autocast, g, verifier=_verify_graph)
     check_hints(g, spec)                      # the ops the rewrites re-traced with their hints
-    tg = pm.run("tile", _tile, g, spec, fuse=fuse, static_masks=static_masks, flash=flash, row_chunks=row_chunks)
+    notes = list(graph.notes)                 # what the trace chose, then what the passes decided
+    tg = pm.run("tile", _tile, g, spec, notes, fuse=fuse, static_masks=static_masks, flash=flash, row_chunks=row_chunks)
     bg = pm.run("blocks", lower_blocks, tg, spec)
     bg = pm.run("memory", _memory, bg, spec)
     bg = pm.run("sync", _sync, bg, spec, verifier=_verify_blocks)
@@ -123,7 +127,7 @@ def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = 
     def final(b):
         eg = multibuffer_workspaces(b.graph, spec) if multibuffer else b.graph
         eg.scalar_reads = dict(graph.scalar_reads)     # data scalars: read by the control program (runtime/host)
-        eg.notes = list(graph.notes)                   # what the trace chose, for each run's report
+        eg.notes = notes                               # for each run's report
         return eg
     eg = pm.run("final", final, bg)
     eg.index_checks = [(name, o.check) for name, o in zip(eg.outputs, g.outputs) if o.kind == CHECK_KIND]

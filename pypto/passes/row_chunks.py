@@ -172,7 +172,8 @@ def _rewrite(g, label, T, C) -> tuple:
     new = TensorGraph(g.name)
     new.symbols = list(g.symbols)
     new.returns_tuple = g.returns_tuple
-    new.notes = list(g.notes)
+    new.notes = [*g.notes, f"row chunks: the {T}-row program runs as a loop of {C} chunks of {R} rows, so that "
+                           f"one chunk's vector work overlaps the next chunks' matmuls (passes/row_chunks.py)"]
     new.scalar_reads = dict(g.scalar_reads)
     loc = g.node(g.outputs[0].node)["loc"]
     vals: dict = {}

@@ -178,3 +178,18 @@ def test_chunks_overlap_cube_and_vector_work():
         return sorted(tuple(d["tile"].values()) for d in report.decisions.values() if d.get("kind") == "matmul")
     assert tiles(chunked) == tiles(one)
     assert chunked.cycles < 0.95 * one.cycles, (chunked.cycles, one.cycles)
+
+
+def test_the_report_says_the_program_was_chunked():
+    """The chunking is a compiler decision the user can see: a note in the run's report; a program left
+    whole has no such note."""
+    z = torch.zeros
+    args = (z(1024, 512, dtype=torch.float16), z(512, dtype=torch.float16), z(512, 2816, dtype=torch.float16),
+            z(512, 2816, dtype=torch.float16), z(2816, 512, dtype=torch.float16))
+    eg = lowered(mlp, args, machine="a2a3")
+    _, report = sim.run(eg, dict(zip(eg.inputs, args)), {}, machine="a2a3", timing_only=True)
+    assert any("loop of 4 chunks of 256 rows" in n for n in report.notes), report.notes
+    assert "row chunks" in str(report)
+    whole = lowered(mlp, args, machine="a2a3", row_chunks=False)
+    _, report = sim.run(whole, dict(zip(whole.inputs, args)), {}, machine="a2a3", timing_only=True)
+    assert not any("row chunks" in n for n in report.notes)
