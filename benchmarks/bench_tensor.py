@@ -22,7 +22,9 @@ loop workspaces are multi-buffered (passes/multibuffer.py; "before" lowers with 
 Where a Professional-mode kernel solves the same problem it runs beside the row, through the
 runners bench_pro.py (examples/pro/flash_attention.py: pipelined, fp16 handoff and softmax, 256-key
 blocks) and models.qwen3_next (impl="pro") use; its fraction is of the same roofline. Each row also
-names the bounds its kernels hit (``Report.decisions``: e.g. "cube 1, hbm 2").
+names the bounds its kernels hit (``Report.decisions``: e.g. "cube 1, hbm 2") and the GM bytes the cores
+moved per second ("GM TB/s": L2 hits, writes and HBM; near the machine's L2 bandwidth, a2a3 4.9 TB/s, a kernel
+is bound by its GM traffic whatever its busiest pipe, as the SDPA rows' cube <-> vector handoffs are).
 
     python benchmarks/bench_tensor.py                  # every row (the GDN rows simulate ~20 s)
     python benchmarks/bench_tensor.py --quick          # without the GDN and the 4096-token MLP rows
@@ -206,6 +208,7 @@ def figures(report, cpu, bound_us) -> dict:
     bounds = Counter(d["bound"] for d in report.decisions.values() if "bound" in d)
     return {"sim_us": report.time_us, "roofline_us": bound_us, "fraction": bound_us / report.time_us,
             "cycles": report.cycles, "tasks": report.tasks, "sim_cpu_s": cpu,
+            "gm_TBps": report.gm_bytes / (report.time_us * 1e-6) / 1e12,
             "utilization": {k: v["core"] for k, v in report.utilization.items()},
             "kernel_bounds": dict(bounds.most_common())}
 
@@ -266,7 +269,7 @@ def main():
                         f"roofline (pro: the Professional-mode kernel, same roofline)")
     table.add_column("program")
     for m in machines:
-        for col in ("simulated us", "roofline us", "bound by", "fraction", "pro", "kernels' bounds"):
+        for col in ("simulated us", "roofline us", "bound by", "fraction", "pro", "GM TB/s", "kernels' bounds"):
             table.add_column(f"{m} {col}" if len(machines) > 1 else col, justify="right")
     table.add_column("sim cpu s", justify="right")
     for name in results[machines[0]]:
@@ -277,6 +280,7 @@ def main():
             cells += [f"{r['sim_us']:,.1f}" if ran else "failed", f"{r['roofline_us']:,.1f}", r["bound_by"],
                       f"{r['fraction']:.3f}" if ran else "-",
                       ("failed" if "error" in pro else f"{pro['fraction']:.3f}") if pro else "-",
+                      f"{r['gm_TBps']:.2f}" if ran else "-",
                       ", ".join(f"{b} {n}" for b, n in r["kernel_bounds"].items()) if ran else r["error"]]
             cpu += sum(x.get("sim_cpu_s", 0.0) for x in (r, pro) if x)
         table.add_row(*cells, f"{cpu:.1f}")
