@@ -15,7 +15,7 @@ forward (models/qwen3_next/model.py) calls:
              head_dim 256; pages of 128 tokens)
   MoE        Qwen3NextSparseMoeBlock: its dispatch and experts programs; router over --experts experts, top-10,
              moe_intermediate 512, shared expert
-  LM head    lm_head (vocab 151936)
+  LM head    lm_head (vocab 151936) on the [B, 2048] rows
 The model row is composed from these per-program runs, not a run of the model: 36 GDN + 12 attention + 48 MoE
 layers + 97 norms + the embedding and the LM head, each row's time x its count; tokens/s = B / that sum.
 Programs run one after another (as the model's Python loop calls them), so their times add.
@@ -154,7 +154,7 @@ def moe_row(cfg, B, opts):
 
 def head_row(cfg, B, opts):
     head = randomize(nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False, dtype=DTYPE)).compile(**opts)
-    x = activations(B, cfg.hidden_size, seed=7)
+    x = activations(B, cfg.hidden_size, seed=7).reshape(B, cfg.hidden_size)      # [B * T, H] as the model calls it
     return (lambda: head(x)), (cfg.vocab_size + B) * cfg.hidden_size * BYTES + B * cfg.vocab_size * BYTES
 
 

@@ -332,7 +332,8 @@ class Qwen3NextForCausalLM(nn.Module):
         if logits_to_keep:
             x, residual = x[:, -logits_to_keep:].contiguous(), residual[:, -logits_to_keep:].contiguous()
         _, x = self.model.norm(x, residual)
-        return self.lm_head(x)
+        B, T, H = x.shape            # the head on [B * T, H] rows: its logits are the program's output as they are
+        return self.lm_head(x.reshape(B * T, H)).reshape(B, T, -1)
 
     def generate(self, input_ids, max_new_tokens: int, attention_mask=None, backend: Optional[str] = None,
                  eos_token_id: Optional[int] = None, pad_token_id: int = 0):

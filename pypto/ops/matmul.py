@@ -128,7 +128,16 @@ def _linear_ref(ins, attrs):
 
 
 def _linear_decompose(P, ins, attrs):
-    y = P.matmul(ins[0], ins[1], b_trans=True)
+    x, w = ins[0], ins[1]
+    if x.ndim > 2:
+        # the leading dims folded into the rows: one [rows, K] x [K, N] product reads the weight once, where a
+        # batched matmul with the weight broadcast reads it once per batch (a [32, 1, K] decode input: 32 times)
+        lead, rows = tuple(x.shape[:-1]), 1
+        for d in lead:
+            rows = rows * d
+        y = P.reshape(P.matmul(P.reshape(x, (rows, x.shape[-1])), w, b_trans=True), lead + (w.shape[0],))
+    else:
+        y = P.matmul(x, w, b_trans=True)
     return P.add(y, ins[2]) if len(ins) == 3 else y
 
 
