@@ -1,0 +1,470 @@
+"""The chunked gated delta rule in phases: chunk-parallel preparation, then the state recurrence split over
+V column blocks (issue 15 item 2). Two Professional-mode (``pypto_pro.language``) kernels that meet in GM.
+
+Phase 1, ``prep`` (one task per (sequence, value head, chunk): every chunk at once, on every cluster):
+  vector: gates (in-chunk cumsum G, decay), q / k l2-normalised, q scaled; Qg = e^G qn and K~ = e^{G_last - G} kn
+          -> GM (for phase 2), kn, qn, Rv = beta v, Rk = -beta e^G kn -> the cluster's workspace;
+          from the cube's Gram matrices: attn = QK^T * decay -> GM, A = beta KK^T * decay and the pieces of
+          the blocked inverse (as in pro_kernels) -> workspace
+  cube:   KK^T, QK^T; T = (I + A)^-1 by block merging; U = T Rv and -W = T Rk -> GM.
+Phase 2, ``state`` (one task per (sequence, value head, V column block of VB)): the recurrence with the
+state's columns on chip (fp32 on the vector cores, VB/2 each), per chunk
+  cube:   D = U - W S (U through an identity matmul), O = Qg S + attn D -> o, K~^T D -> workspace
+  vector: S <- e^{G_last} S + K~^T D, cast -> workspace for the next chunk.
+The V columns of the state are independent, so HV * V / VB chains fill the clusters; the output is made in
+phase 2 where S is on chip (not a third phase: q S_{chunk start} would need every chunk's state in GM).
+
+Matmul operands and accumulation as in pro_kernels (fp32 for fp32 inputs; fp16 operands, fp32 accumulation
+and state for 16-bit ones). Supported: K == V a multiple of 16 up to 128, chunk a power of two in 8..64
+(``pro_kernels.supports``), V a multiple of the column block.
+"""
+
+import math
+
+import torch
+
+import pypto_pro.language as pl
+
+from .functional import _fail
+from .pro_kernels import L2NORM_EPS, NEG, fetch_rows, merge_masks, normalize, store_cc, store_rows, supports
+
+__all__ = ["chunk_gated_delta_rule_phases", "supports", "v_block_for"]
+
+
+def _prep_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
+               k: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
+               v: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
+               gT: pl.Tensor[[pl.DYNAMIC, pl.STATIC, pl.DYNAMIC], pl.DT_FP32],
+               beta: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], pl.DT_FP32],
+               masks: pl.Tensor[[pl.STATIC, pl.STATIC], pl.DT_UINT8],
+               eye: pl.Tensor[[pl.STATIC, pl.STATIC], None],
+               u_ws: pl.Tensor[[pl.DYNAMIC, pl.STATIC], None],
+               w_ws: pl.Tensor[[pl.DYNAMIC, pl.STATIC], None],
+               qg_ws: pl.Tensor[[pl.DYNAMIC, pl.STATIC], None],
+               kt_ws: pl.Tensor[[pl.DYNAMIC, pl.STATIC], None],
+               attn_ws: pl.Tensor[[pl.DYNAMIC, pl.STATIC], None],
+               start: pl.Scalar[pl.DT_INT32], length: pl.Scalar[pl.DT_INT32],
+               H, HV, K, V, C, NL, scale, l2norm, cast_io):
+    io = q.dtype
+    dt = eye.dtype
+    inv = dt
+    f32, u8 = pl.DT_FP32, pl.DT_UINT8
+    R = HV // H
+    HALF = C // 2
+    B = q.shape[0]
+    Vec, Mat, Left, Right, Acc, GM = (pl.MemorySpace.Vec, pl.MemorySpace.Mat, pl.MemorySpace.Left,
+                                      pl.MemorySpace.Right, pl.MemorySpace.Acc, pl.MemorySpace.GM)
+    NC = pl.ceil_div(length, C)
+
+    ws_prep = pl.make_tile_group(pl.TileType([4 * C, K], dt, GM), depth=1)     # kn qn Rv Rk
+    ws_gram = pl.make_tile_group(pl.TileType([2 * C, C], f32, GM), depth=1)    # KK^T, QK^T
+    ws_e = pl.make_tile_group(pl.TileType([NL * C, C], inv, GM), depth=1)      # X1, E_2 .. E_C/2
+
+    # cube buffers (planned for C = 64, K = V = 128, 4-byte operands)
+    l_eye = pl.make_tile(pl.TileType([C, C], inv, Mat), addr=0x00000)
+    l_t = pl.make_tile(pl.TileType([C, C], dt, Mat), addr=0x04000)
+    l_x = pl.make_tile(pl.TileType([C, C], inv, Mat), addr=0x08000)
+    l_p = pl.make_tile(pl.TileType([C, C], inv, Mat), addr=0x10000)
+    l_kn = pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x14000)
+    l_qn = pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x14000)
+    l_knT = pl.make_tile(pl.TileType([K, C], dt, Mat), addr=0x1C000)
+    l_rv = pl.make_tile(pl.TileType([C, V], dt, Mat), addr=0x2C000)
+    l_rk = pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x3C000)
+    l_es = pl.make_tile_group(pl.TileType([C, C], inv, Mat), addrs=0x6C000, depth=NL - 1)
+    a_eye = pl.make_tile(pl.TileType([C, C], inv, Left), addr=0xC000)
+    a_kn = pl.make_tile(pl.TileType([C, K], dt, Left), addr=0x0000)
+    a_qn = pl.make_tile(pl.TileType([C, K], dt, Left), addr=0x0000)
+    a_x = pl.make_tile(pl.TileType([C, C], inv, Left), addr=0x0000)
+    a_p = pl.make_tile(pl.TileType([C, C], inv, Left), addr=0x4000)
+    a_t = pl.make_tile(pl.TileType([C, C], dt, Left), addr=0x8000)
+    b_knT = pl.make_tile(pl.TileType([K, C], dt, Right), addr=0x0000)
+    b_e = pl.make_tile(pl.TileType([C, C], inv, Right), addr=0x0000)
+    b_x = pl.make_tile(pl.TileType([C, C], inv, Right), addr=0x4000)
+    b_rv = pl.make_tile(pl.TileType([C, V], dt, Right), addr=0x0000)
+    b_rk = pl.make_tile(pl.TileType([C, K], dt, Right), addr=0x8000)
+    c_g1 = pl.make_tile(pl.TileType([C, C], f32, Acc), addr=0x10000)
+    c_g2 = pl.make_tile(pl.TileType([C, C], f32, Acc), addr=0x14000)
+    c_p = pl.make_tile(pl.TileType([C, C], f32, Acc), addr=0x10000)
+    c_x = pl.make_tile(pl.TileType([C, C], f32, Acc), addr=0x14000)
+    c_u = pl.make_tile(pl.TileType([C, V], f32, Acc), addr=0x00000)
+    c_w = pl.make_tile(pl.TileType([C, K], f32, Acc), addr=0x08000)
+
+    # vector buffers (per vector core)
+    fq = pl.make_tile(pl.TileType([HALF, K], f32, Vec), addr=0x00000)
+    fk = pl.make_tile(pl.TileType([HALF, K], f32, Vec), addr=0x04000)
+    ft = pl.make_tile(pl.TileType([HALF, K], f32, Vec), addr=0x08000)
+    xd_g = pl.make_tile_group(pl.TileType([HALF, K], dt, Vec), addrs=[0x0C000, 0x0E000], depth=2)
+    xin = pl.make_tile(pl.TileType([HALF, K], io, Vec), addr=0x10000)
+    kin = pl.make_tile(pl.TileType([HALF, K], io, Vec), addr=0x12000)
+    vin = pl.make_tile(pl.TileType([HALF, K], io, Vec), addr=0x14000)
+    cc = pl.TileType([HALF, C], f32, Vec)
+    gx = pl.make_tile(cc, addr=0x1C000)
+    dec = pl.make_tile(cc, addr=0x1A000)
+    aa = pl.make_tile(cc, addr=0x1C000)
+    na = pl.make_tile(cc, addr=0x1E000)
+    t1 = pl.make_tile(cc, addr=0x20000)
+    gq = pl.make_tile(cc, addr=0x22000)
+    zero = pl.make_tile(cc, addr=0x24000)
+    cinv = pl.make_tile_group(pl.TileType([HALF, C], inv, Vec), addrs=[0x26000, 0x27000], depth=2)
+    mk = pl.TileType([HALF, C], u8, Vec)
+    m_causal = pl.make_tile(mk, addr=0x28000)
+    m_strict = pl.make_tile(mk, addr=0x28800)
+    m_eye = pl.make_tile(mk, addr=0x29000)
+    m_merge = pl.make_tile_group(mk, addrs=0x29800, depth=NL)
+    col = pl.TileType([HALF, 8], f32, Vec)
+    rq = pl.make_tile(col, addr=0x2D000)
+    bc = pl.make_tile(col, addr=0x2D400)
+    gc = pl.make_tile(col, addr=0x2D800)
+    eg = pl.make_tile(col, addr=0x2DC00)
+    eglg = pl.make_tile(col, addr=0x2E000)
+    nbeg = pl.make_tile(col, addr=0x2E400)
+    rowt = pl.TileType([1, C], f32, Vec)
+    g_row = pl.make_tile(rowt, addr=0x2C800)
+    G_row = pl.make_tile(rowt, addr=0x2C900)
+    gl = pl.make_tile(pl.TileType([1, 8], f32, Vec), addr=0x2CA00)
+    glc = pl.make_tile(col, addr=0x2CC00)
+
+    FQ, FK, FT = fq.with_valid(HALF, K), fk.with_valid(HALF, K), ft.with_valid(HALF, K)
+    XIN, KIN, VIN = xin.with_valid(HALF, K), kin.with_valid(HALF, K), vin.with_valid(HALF, K)
+
+    with pl.section_cube():
+        pl.load(l_eye, eye, [0, 0])
+        pl.move(a_eye, l_eye)
+        for task in pl.range(pl.get_block_idx(), B * HV * NC, pl.get_block_num()):
+            row = task * C
+            p = ws_prep.next()
+            # KK^T and QK^T of the normalised keys / queries
+            pl.load(l_kn, p, [0, 0])
+            pl.load(l_knT, p, [0, 0], trans=True)
+            pl.move(a_kn, l_kn)
+            pl.move(b_knT, l_knT)
+            pl.matmul(c_g1, a_kn, b_knT)
+            pl.load(l_qn, p, [C, 0])
+            pl.move(a_qn, l_qn)
+            pl.matmul(c_g2, a_qn, b_knT)
+            gw = ws_gram.next()
+            pl.store(gw, c_g1, [0, 0])
+            pl.store(gw, c_g2, [C, 0])
+            pl.load(l_rv, p, [2 * C, 0])
+            pl.load(l_rk, p, [3 * C, 0])
+            # T = (I + A)^-1: X <- X I + (X E_b) X level by level
+            e = ws_e.next()
+            pl.load(l_x, e, [0, 0])
+            for lvl in range(1, NL):
+                pl.load(l_es[lvl - 1], e, [lvl * C, 0])
+            for lvl in range(1, NL):
+                pl.move(a_x, l_x)
+                pl.move(b_e, l_es[lvl - 1])
+                pl.matmul(c_p, a_x, b_e)
+                pl.move(l_p, c_p)
+                pl.move(a_p, l_p)
+                pl.move(b_x, l_x)
+                pl.matmul(c_x, a_eye, b_x)
+                pl.matmul_acc(c_x, a_p, b_x)
+                if lvl < NL - 1:
+                    pl.move(l_x, c_x)
+                else:
+                    pl.move(l_t, c_x)
+            if NL == 1:
+                pl.move(l_t, l_x)
+            pl.move(a_t, l_t)
+            # U = T Rv and -W = T Rk
+            pl.move(b_rv, l_rv)
+            pl.matmul(c_u, a_t, b_rv)
+            pl.store(u_ws, c_u, [row, 0])
+            pl.move(b_rk, l_rk)
+            pl.matmul(c_w, a_t, b_rk)
+            pl.store(w_ws, c_w, [row, 0])
+
+    with pl.section_vector():
+        sub = pl.get_subblock_idx()
+        r0 = sub * HALF
+        pl.load(m_causal, masks, [r0, 0])
+        pl.load(m_strict, masks, [C + r0, 0])
+        pl.load(m_eye, masks, [2 * C + r0, 0])
+        for lvl in range(NL):
+            pl.load(m_merge[lvl], masks, [(3 + lvl) * C + r0, 0])
+        pl.full(zero, 0.0)
+        for task in pl.range(pl.get_block_idx(), B * HV * NC, pl.get_block_num()):
+            b = task // (HV * NC)
+            hv = (task // NC) % HV
+            i = task % NC
+            kh = hv // R
+            row = task * C
+            t0 = start + i * C
+            c = pl.min(C, length - i * C)
+            cv = pl.max(1, pl.min(HALF, c - r0))
+            present = c > r0
+            # gates: G = cumsum g (zero padded), G_last, the own rows' G_i, decay = exp(G_i - G_j), j <= i
+            pl.full(bc, 0.0)
+            pl.full(g_row, 0.0)
+            if cast_io:
+                pl.full(XIN, 0.0)
+                pl.full(KIN, 0.0)
+                pl.full(VIN, 0.0)
+            pl.load(g_row, gT, [b, hv, t0], valid_shape=[1, c])
+            if present:
+                pl.load(bc, beta, [b, t0 + r0, hv], valid_shape=[cv, 1])
+                if cast_io:
+                    pl.load(XIN, q, [b, t0 + r0, kh * K], valid_shape=[cv, K])
+                    pl.load(KIN, k, [b, t0 + r0, kh * K], valid_shape=[cv, K])
+                    pl.load(VIN, v, [b, t0 + r0, hv * V], valid_shape=[cv, V])
+            GR = g_row.with_valid(1, C)
+            pl.cumsum(G_row, GR, dim=1)
+            pl.sum(gl, GR, dim=1)
+            pl.col_expand(gx, G_row)
+            pl.where(t1, m_eye, gx, zero)
+            pl.sum(gc, t1, dim=1)
+            pl.row_expand_sub(t1, gx, gc)
+            pl.mul(t1, t1, -1.0)
+            pl.full(dec, NEG)
+            pl.where(dec, m_causal, t1, dec)
+            pl.exp(dec, dec)
+            pl.exp(eg, gc)
+            pl.col_expand(glc.with_valid(HALF, 1), gl)
+            pl.sub(eglg, glc.with_valid(HALF, 1), gc)
+            pl.exp(eglg, eglg)
+            pl.mul(nbeg, bc.with_valid(HALF, 1), eg)
+            pl.mul(nbeg, nbeg, -1.0)
+            p = ws_prep.next()
+            # queries: qn = scale q / |q| -> workspace, Qg = e^G qn -> GM
+            if cast_io:
+                pl.cast(FQ, XIN)
+            else:
+                fetch_rows(FQ, q, b, t0 + r0, kh * K, present, cv, K)
+            if l2norm:
+                normalize(FQ, FT, rq)
+            pl.mul(FQ, FQ, scale)
+            store_rows(p, C + r0, FQ, xd_g, cast_io)
+            pl.row_expand_mul(FQ, FQ, eg)
+            store_rows(qg_ws, row + r0, FQ, xd_g, cast_io)
+            # keys: kn, Rk = -beta e^G kn -> workspace, K~ = e^{G_last - G} kn -> GM
+            if cast_io:
+                pl.cast(FK, KIN)
+            else:
+                fetch_rows(FK, k, b, t0 + r0, kh * K, present, cv, K)
+            if l2norm:
+                normalize(FK, FT, rq)
+            store_rows(p, r0, FK, xd_g, cast_io)
+            pl.row_expand_mul(FT, FK, eglg)
+            store_rows(kt_ws, row + r0, FT, xd_g, cast_io)
+            pl.row_expand_mul(FT, FK, nbeg)
+            store_rows(p, 3 * C + r0, FT, xd_g, cast_io)
+            # values: Rv = beta v
+            if cast_io:
+                pl.cast(FQ, VIN)
+            else:
+                fetch_rows(FQ, v, b, t0 + r0, hv * V, present, cv, V)
+            pl.row_expand_mul(FQ, FQ, bc.with_valid(HALF, 1))
+            store_rows(p, 2 * C + r0, FQ, xd_g, cast_io)
+            # attn = QK^T * decay -> GM; A = beta KK^T * decay (strictly lower); X1 = I - A*M_1, E_b = -A*M_b
+            gw = ws_gram.next()
+            pl.load(aa, gw, [r0, 0])
+            pl.load(gq, gw, [C + r0, 0])
+            pl.mul(gq, gq, dec)
+            store_cc(attn_ws, row, r0, gq, cinv, cast_io)
+            pl.mul(aa, aa, dec)
+            pl.row_expand_mul(aa, aa, bc.with_valid(HALF, 1))
+            pl.where(aa, m_strict, aa, zero)
+            pl.mul(na, aa, -1.0)
+            e = ws_e.next()
+            pl.where(t1, m_merge[0], na, zero)
+            pl.full(aa, 1.0)
+            pl.where(t1, m_eye, aa, t1)
+            store_cc(e, 0, r0, t1, cinv, cast_io)
+            for lvl in range(1, NL):
+                pl.where(t1, m_merge[lvl], na, zero)
+                store_cc(e, lvl * C, r0, t1, cinv, cast_io)
+
+
+def _state_body(gT: pl.Tensor[[pl.DYNAMIC, pl.STATIC, pl.DYNAMIC], pl.DT_FP32],
+                eye: pl.Tensor[[pl.STATIC, pl.STATIC], None],
+                u_ws: pl.Tensor[[pl.DYNAMIC, pl.STATIC], None],
+                w_ws: pl.Tensor[[pl.DYNAMIC, pl.STATIC], None],
+                qg_ws: pl.Tensor[[pl.DYNAMIC, pl.STATIC], None],
+                kt_ws: pl.Tensor[[pl.DYNAMIC, pl.STATIC], None],
+                attn_ws: pl.Tensor[[pl.DYNAMIC, pl.STATIC], None],
+                state: pl.Tensor[[pl.DYNAMIC, pl.STATIC], pl.DT_FP32],
+                o: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
+                start: pl.Scalar[pl.DT_INT32], length: pl.Scalar[pl.DT_INT32], n0: pl.Scalar[pl.DT_INT32],
+                HV, K, V, C, VB, cast_io):
+    dt = eye.dtype
+    f32 = pl.DT_FP32
+    NB = V // VB
+    VH = VB // 2
+    B = o.shape[0]
+    Vec, Mat, Left, Right, Acc, GM = (pl.MemorySpace.Vec, pl.MemorySpace.Mat, pl.MemorySpace.Left,
+                                      pl.MemorySpace.Right, pl.MemorySpace.Acc, pl.MemorySpace.GM)
+    NC = pl.ceil_div(length, C)
+
+    ws_s = pl.make_tile_group(pl.TileType([K, VB], dt, GM), depth=1)           # S's columns, operand dtype
+    ws_kd = pl.make_tile_group(pl.TileType([K, VB], f32, GM), depth=1)         # K~^T D
+
+    # cube buffers (planned for C = 64, K = 128, VB = 64, 4-byte operands)
+    l_eye = pl.make_tile(pl.TileType([C, C], dt, Mat), addr=0x00000)
+    l_u = pl.make_tile(pl.TileType([C, VB], dt, Mat), addr=0x04000)
+    l_w = pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x08000)
+    l_s = pl.make_tile(pl.TileType([K, VB], dt, Mat), addr=0x10000)
+    l_qg = pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x18000)
+    l_d = pl.make_tile(pl.TileType([C, VB], dt, Mat), addr=0x20000)
+    l_attn = pl.make_tile(pl.TileType([C, C], dt, Mat), addr=0x24000)
+    l_kt = pl.make_tile(pl.TileType([K, C], dt, Mat), addr=0x28000)
+    a_eye = pl.make_tile(pl.TileType([C, C], dt, Left), addr=0xC000)           # resident
+    a_w = pl.make_tile(pl.TileType([C, K], dt, Left), addr=0x0000)
+    a_qg = pl.make_tile(pl.TileType([C, K], dt, Left), addr=0x0000)
+    a_attn = pl.make_tile(pl.TileType([C, C], dt, Left), addr=0x0000)
+    a_kt = pl.make_tile(pl.TileType([K, C], dt, Left), addr=0x0000)
+    b_u = pl.make_tile(pl.TileType([C, VB], dt, Right), addr=0x0000)
+    b_s = pl.make_tile(pl.TileType([K, VB], dt, Right), addr=0x4000)
+    b_d = pl.make_tile(pl.TileType([C, VB], dt, Right), addr=0xC000)
+    c_d = pl.make_tile(pl.TileType([C, VB], f32, Acc), addr=0x00000)
+    c_o = pl.make_tile(pl.TileType([C, VB], f32, Acc), addr=0x04000)
+    c_kd = pl.make_tile(pl.TileType([K, VB], f32, Acc), addr=0x08000)
+
+    # vector buffers (per vector core: VB / 2 of the block's columns)
+    s = pl.make_tile(pl.TileType([K, VH], f32, Vec), addr=0x00000)
+    kd = pl.make_tile(pl.TileType([K, VH], f32, Vec), addr=0x04000)
+    sd = pl.make_tile(pl.TileType([K, VH], dt, Vec), addr=0x08000)
+    g_row = pl.make_tile(pl.TileType([1, C], f32, Vec), addr=0x0C000)
+    gl = pl.make_tile(pl.TileType([1, 8], f32, Vec), addr=0x0C100)
+    egl = pl.make_tile(pl.TileType([K, 8], f32, Vec), addr=0x0D000)
+    EGL = egl.with_valid(K, 1)
+
+    with pl.section_cube():
+        pl.load(l_eye, eye, [0, 0])
+        pl.move(a_eye, l_eye)
+        for task in pl.range(pl.get_block_idx(), B * HV * NB, pl.get_block_num()):
+            b = task // (HV * NB)
+            hv = (task // NB) % HV
+            c0 = (task % NB) * VB
+            for i in pl.range(0, NC):
+                row = ((b * HV + hv) * NC + i) * C
+                t0 = start + i * C
+                c = pl.min(C, length - i * C)
+                # D = U - W S (U as I U into the accumulator)
+                pl.load(l_u, u_ws, [row, c0])
+                pl.move(b_u, l_u)
+                pl.matmul(c_d, a_eye, b_u)
+                pl.load(l_w, w_ws, [row, 0])
+                pl.move(a_w, l_w)
+                pl.load(l_s, ws_s.next(), [0, 0])
+                pl.move(b_s, l_s)
+                pl.matmul_acc(c_d, a_w, b_s)
+                # O = Qg S + attn D, K~^T D
+                pl.load(l_qg, qg_ws, [row, 0])
+                pl.move(a_qg, l_qg)
+                pl.matmul(c_o, a_qg, b_s)
+                pl.move(l_d, c_d)
+                pl.move(b_d, l_d)
+                pl.load(l_attn, attn_ws, [row, 0])
+                pl.move(a_attn, l_attn)
+                pl.matmul_acc(c_o, a_attn, b_d)
+                pl.load(l_kt, kt_ws, [row, 0], trans=True)
+                pl.move(a_kt, l_kt)
+                pl.matmul(c_kd, a_kt, b_d)
+                pl.store(o, c_o, [b, t0, hv * V + c0], valid_shape=[c, VB])
+                pl.store(ws_kd.next(), c_kd, [0, 0])
+            pl.load(l_s, ws_s.next(), [0, 0])       # the state after the last chunk (handed over, unused)
+
+    with pl.section_vector():
+        sub = pl.get_subblock_idx()
+        for task in pl.range(pl.get_block_idx(), B * HV * NB, pl.get_block_num()):
+            b = task // (HV * NB)
+            hv = (task // NB) % HV
+            c0 = (task % NB) * VB
+            srow = ((n0 + b) * HV + hv) * K
+            pl.load(s, state, [srow, c0 + sub * VH])
+            store_state(ws_s.next(), s, sd, sub * VH, cast_io)
+            for i in pl.range(0, NC):
+                t0 = start + i * C
+                c = pl.min(C, length - i * C)
+                # S <- e^{G_last} S + K~^T D
+                pl.full(g_row, 0.0)
+                pl.load(g_row, gT, [b, hv, t0], valid_shape=[1, c])
+                pl.sum(gl, g_row.with_valid(1, C), dim=1)
+                pl.load(kd, ws_kd.next(), [0, sub * VH])
+                pl.col_expand(EGL, gl)
+                pl.exp(EGL, EGL)
+                pl.row_expand_mul(s, s, EGL)
+                pl.add(s, s, kd)
+                store_state(ws_s.next(), s, sd, sub * VH, cast_io)
+            pl.store(state, s, [srow, c0 + sub * VH])
+
+
+def store_state(ws, s, stage, c0, cast_io):
+    if cast_io:
+        pl.cast(stage, s)
+        pl.store(ws, stage, [0, c0])
+    else:
+        pl.store(ws, s, [0, c0])
+
+
+# ----------------------------------------------------------------------------------------------
+# Host side
+# ----------------------------------------------------------------------------------------------
+
+_kernels: dict = {}
+
+
+def kernels(backend: str | None = None, **options):
+    """The two compiled pl kernels (prep, state) for a backend and pl.jit options."""
+    key = (backend, tuple(sorted(options.items())))
+    pair = _kernels.get(key)
+    if pair is None:
+        if backend is not None:
+            options["backend"] = backend
+        pair = _kernels[key] = (pl.jit(_prep_body, name="gdn_prefill_prep", **options),
+                                pl.jit(_state_body, name="gdn_prefill_state", **options))
+    return pair
+
+
+def v_block_for(V: int) -> int:
+    """The state's column block: 64 columns (32 per vector core), V itself when smaller."""
+    return min(V, 64)
+
+
+def block_dim_for(tasks: int, machine) -> int:
+    return max(1, min(tasks, machine.cores["aic"]))
+
+
+def workspaces(rows: int, K: int, V: int, C: int, dtype):
+    """GM hand-overs between the phases, [rows, .] in the operand dtype: U, -W, Qg, K~, attn."""
+    z = lambda n: torch.empty(rows, n, dtype=dtype)  # noqa: E731
+    return z(V), z(K), z(K), z(K), z(C)
+
+
+def chunk_gated_delta_rule_phases(q, k, v, g, beta, *, scale: float, state: torch.Tensor, o: torch.Tensor,
+                                  sequences, use_qk_l2norm: bool, chunk_size: int, operand_dtype=None,
+                                  backend=None, jit_options=None, v_block=None):
+    """The phased kernels, with the arguments of pro_kernels.chunk_gated_delta_rule_pro. Returns the last
+    launch's report of the state phase (sim)."""
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    C = chunk_size
+    VB = v_block or v_block_for(V)
+    why = supports(q, k, v, C)
+    if why is None and (V % VB or VB % 16):
+        why = f"V ({V}) is not a multiple of the column block v_block={VB} (a multiple of 16)"
+    if why is not None:
+        _fail(f"the phased GDN prefill does not support this call: {why}")
+    inv = operand_dtype or (torch.float32 if q.dtype == torch.float32 else torch.float16)
+    prep, rec = kernels(backend, **(jit_options or {}))
+    q3, k3 = q.contiguous().reshape(B, T, H * K), k.contiguous().reshape(B, T, H * K)
+    v3, o3 = v.contiguous().reshape(B, T, HV * V), o.view(B, T, HV * V)
+    gT = g.float().permute(0, 2, 1).contiguous()
+    bf = beta.float().contiguous()
+    masks = merge_masks(C)
+    eye = torch.eye(C, dtype=inv)
+    s2 = state.view(-1, V)
+    cast_io = q.dtype != torch.float32
+    runs = [(0, 0, T, B)] if sequences is None else [(row, st, ln, 1) for row, st, ln in sequences if ln > 0]
+    report = None
+    for n0, st, ln, rows in runs:
+        NC = -(-ln // C)
+        ws = workspaces(rows * HV * NC * C, K, V, C, inv)
+        prep[None, block_dim_for(rows * HV * NC, prep.machine)](
+            q3, k3, v3, gT, bf, masks, eye, *ws, st, ln, H=H, HV=HV, K=K, V=V, C=C, NL=int(math.log2(C)),
+            scale=float(scale), l2norm=bool(use_qk_l2norm), cast_io=cast_io)
+        report = rec[None, block_dim_for(rows * HV * (V // VB), rec.machine)](
+            gT, eye, *ws, s2, o3, st, ln, n0, HV=HV, K=K, V=V, C=C, VB=VB, cast_io=cast_io)
+    return report
