@@ -22,6 +22,7 @@ from ..sanitize import user_name
 from . import cann, context as ctx, truth
 from .api import fresh
 from .conditions import traceable
+from .scalars import finish_sources
 from .signature import evaluated_signature
 from .tensor import Tensor, TensorSpec
 
@@ -160,6 +161,7 @@ class JitFunction:
         if not g.outputs:
             raise PyptoError(f"{self.name} neither returns a tensor nor writes into an argument",
                              loc=_fn_loc(self.fn))
+        finish_sources(g)                   # computed tensors the control program reads (pypto.item)
 
     # ------------------------------------------------------------------ public
     def _prepare(self, args, kwargs, loc):
@@ -194,7 +196,7 @@ class JitFunction:
                 # timing-only runs produce no data; an out-param built in the caller's tensor is there already
                 if value.device.type != "meta" and not _same_tensor(value, target):
                     target.data.copy_(value)
-            else:
+            elif spec.kind == "return":         # (not a scalar_source: frontend/scalars.py)
                 returned.append(value)
         if not returned:
             return None
@@ -314,6 +316,7 @@ def trace_callable(fn, specs, name: str = "graph", symbols=()) -> TensorGraph:
         if not isinstance(t, Tensor) or t._graph is not g:
             raise PyptoError(f"{name}: traced value {i} is not a pypto.Tensor of this graph ({type(t).__name__})")
         g.outputs.append(OutputSpec(t._node, "return", i))
+    finish_sources(g)
     in_syms = sorted(sym.free_symbols(*[s.shape for s in specs]), key=lambda s: s.name)
     g.symbols = list(dict.fromkeys([*in_syms, *symbols]))
     return g

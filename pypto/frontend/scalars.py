@@ -7,9 +7,12 @@ offset, a valid shape, index arithmetic, a run-time branch's condition).
 
 Each read is a new symbol (``d0``, ``d1`` ...; integer, >= 0) recorded in the traced graph's
 ``scalar_reads`` (ir.execution.ScalarRead); runtime/host/scalars.py reads it when an expression of
-the control program first needs it. What is read must be an argument of the jit function that the
-program does not write (the read then needs no task to finish first); a value < 0 or an index
-outside the argument is a run-time error at the line of the read.
+the control program first needs it. What is read is an argument of the jit function that the
+program does not write (the read needs no task to finish first), or a tensor the program computes at
+its top level (not inside a pypto.loop body): that tensor becomes an output of the program (kind
+"scalar_source", not returned; ``finish_sources``) and the control program reads the element once the
+tasks writing it are done (runtime/host/control.py stages the expansion). A value < 0 or an index
+outside the tensor is a run-time error at the line of the read.
 """
 from __future__ import annotations
 
@@ -18,7 +21,10 @@ import sympy
 from .. import symbolic as sym
 from ..errors import IndexOutOfRangeError, PyptoError, TypeMismatchError, user_location
 from ..ir.execution import ScalarRead
+from ..ir.tensor_graph import OutputSpec
 from . import context as ctx
+
+SOURCE_KIND = "scalar_source"       # an output kept for the control program's reads, not returned
 
 
 def _root():
@@ -36,7 +42,8 @@ def _parent_node(k: int, node: int) -> int:
 
 
 def _element(t, index):
-    """(root input node, index tuple in its coordinates) of the element ``t[index]``."""
+    """(root node, index tuple in its coordinates) of the element ``t[index]``: an input of the jit
+    function, or a value computed at the top level of the program."""
     g, node = t._graph, t._node
     k = ctx.frame_index(g)
     if k is None:
@@ -69,11 +76,14 @@ def _element(t, index):
                 isinstance(d, int) and d == 1 for d in g.info(n["inputs"][0]).shape):
             node = n["inputs"][0]
             idx = [0] * len(g.info(node).shape)
+        elif k == 0:
+            return node, tuple(idx)
         else:
-            raise PyptoError(f"pypto.item reads an element of an argument of the jit function; this tensor is "
-                             f"computed by '{op}'{_at(n['loc'])}",
-                             hint="the control program reads a scalar from an argument (e.g. cu_seqlens) that "
-                                  "no task of the program writes")
+            raise PyptoError(f"pypto.item reads an element of an argument of the jit function or of a tensor "
+                             f"computed outside any pypto.loop body; this tensor is computed by '{op}'"
+                             f"{_at(n['loc'])} inside a loop body",
+                             hint="compute the value before the loop (the control program reads it once the "
+                                  "tasks writing it are done), or pass it in as an argument")
 
 
 def _at(loc) -> str:
@@ -98,7 +108,8 @@ def item(input, *index):
     frame = _root()
     root = frame.graph
     node, idx = _element(input, index if index else None)
-    name = root.info(node).name
+    computed = root.op(node) != "input"
+    name = f"%{node}" if computed else root.info(node).name   # a computed tensor: named after its output later
     for t, og, onode in frame.mutated.values():
         if og is root and onode == node:
             raise PyptoError(f"pypto.item reads argument '{name}', which this program writes", loc=loc,
@@ -112,8 +123,29 @@ def item(input, *index):
                                        f"is outside [0, {n})", loc=loc)
     sname = f"d{len(root.scalar_reads)}"
     s = sympy.Symbol(sname, integer=True, nonnegative=True)
-    root.scalar_reads[sname] = ScalarRead(s, name, tuple(idx), loc)
+    # a computed tensor's read keeps its node in ``source`` until finish_sources makes it an output
+    root.scalar_reads[sname] = ScalarRead(s, name, tuple(idx), loc, node if computed else None)
     return s
 
 
-__all__ = ["item"]
+def finish_sources(g) -> None:
+    """At the end of a trace: each computed tensor a data scalar reads (``ScalarRead.source``, a node
+    of ``g`` until now) becomes the position of an output of ``g`` holding it: a returned output of that
+    node or an argument's new value (read from the argument's buffer, which the write updates where it
+    happens; a separate output's copy may be placed later), else an output of kind SOURCE_KIND appended
+    once per node."""
+    at = {}
+    for k, o in enumerate(g.outputs):
+        if o.kind == "inplace" or (o.kind == "return" and o.node not in at):
+            at[o.node] = k
+    for sname, r in list(g.scalar_reads.items()):
+        if r.source is None:
+            continue
+        k = at.get(r.source)
+        if k is None:
+            k = at[r.source] = len(g.outputs)
+            g.outputs.append(OutputSpec(r.source, SOURCE_KIND, k))
+        g.scalar_reads[sname] = ScalarRead(r.symbol, r.buffer, r.index, r.loc, k)
+
+
+__all__ = ["SOURCE_KIND", "finish_sources", "item"]

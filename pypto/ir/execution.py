@@ -5,7 +5,8 @@ order. A ``Loop`` has a run-time trip count and is expanded into tasks when the 
 run-time branch (``if`` on a loop index or a data scalar, ``pypto.cond``) is a ``Loop`` whose trip
 count is 1 when its condition holds and 0 otherwise.
 ``scalar_reads`` are the program's data scalars (``pypto.item``): a symbol whose value the control
-program reads from an element of an integer argument when an expression first needs it.
+program reads from an element of an integer tensor (an argument, or one the program computes: read
+once its writers are done) when an expression first needs it.
 Dependencies are data: each task states the GM regions it reads and writes (sympy expressions
 over the program's size symbols and enclosing loop variables); the scheduler orders two tasks
 when one writes a region the other touches (RAW, WAR, WAW), in control-program order.
@@ -71,11 +72,15 @@ class Loop:
 @dataclass(frozen=True)
 class ScalarRead:
     """A data scalar: ``symbol`` is element ``index`` (sympy expressions over sizes, loop variables and
-    other data scalars) of the integer argument ``buffer``, read by the control program on the AICPU."""
+    other data scalars) of the integer argument ``buffer``, read by the control program on the AICPU.
+    ``source``: for a tensor the program computes, its position in the program's outputs (the traced
+    graph makes it an output of kind "scalar_source" unless it is one already; the lowering names
+    ``buffer`` after that output), read once the tasks writing the element are done."""
     symbol: sympy.Symbol
     buffer: str
     index: tuple
     loc: SourceLoc | None = None
+    source: int | None = None
 
 
 ControlItem = Union[Task, Loop]

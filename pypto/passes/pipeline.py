@@ -11,6 +11,8 @@
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..errors import ShapeError
 from ..ir.block_verify import verify_kernel
 from ..ir.graph_verify import verify_graph
@@ -126,7 +128,9 @@ def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = 
 
     def final(b):
         eg = multibuffer_workspaces(b.graph, spec) if multibuffer else b.graph
-        eg.scalar_reads = dict(graph.scalar_reads)     # data scalars: read by the control program (runtime/host)
+        # data scalars: read by the control program (runtime/host); a computed tensor's from its output buffer
+        eg.scalar_reads = {n: r if r.source is None else replace(r, buffer=eg.outputs[r.source])
+                           for n, r in graph.scalar_reads.items()}
         eg.notes = notes                               # for each run's report
         return eg
     eg = pm.run("final", final, bg)

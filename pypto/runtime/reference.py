@@ -17,7 +17,10 @@ def run_graph(g: TensorGraph, inputs: list[torch.Tensor], env: dict) -> list[tor
     vals: dict[int, torch.Tensor] = dict(zip(g.inputs, inputs))
     if getattr(g, "scalar_reads", None) and not isinstance(env, ScalarEnv):   # pypto.item: read on first use
         named = {g.info(n).name: t for n, t in zip(g.inputs, inputs)}
-        env = bind(env, g.scalar_reads, named.get)
+        # a computed tensor's element (ScalarRead.source: an output) is read from its value, computed
+        # by then: nodes run in program order
+        computed = {r.buffer: g.outputs[r.source].node for r in g.scalar_reads.values() if r.source is not None}
+        env = bind(env, g.scalar_reads, lambda name: vals.get(computed[name]) if name in computed else named.get(name))
     for nid in g.nodes():
         n = g.node(nid)
         op = n["op"]

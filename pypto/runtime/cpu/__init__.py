@@ -218,16 +218,6 @@ def run_with(kernels: KernelSet, graph: ExecutionGraph, args: dict, env: dict, *
             return done
     buffers = GMBuffers(graph, args, env, poison=False, shapes=plan.shapes if plan else None,
                         workspaces=plan.take_workspaces() if plan else None)
-    if plan is None:
-        instances, _ = expand(graph, env, Geometry(buffers), instance=CpuTask)
-        plan = _Plan(buffers.shapes, instances, written_bases(instances, buffers),
-                     _reusable_workspaces(graph, args, buffers))
-        if plans is not None:
-            if len(plans) >= _PLANS_PER_GRAPH:
-                plans.pop(next(iter(plans)))
-            plans[key] = plan
-    instances = plan.instances
-
     launch_s: dict = {}             # instance id -> seconds of its ctypes call
 
     def launch(inst, n):
@@ -241,7 +231,26 @@ def run_with(kernels: KernelSet, graph: ExecutionGraph, args: dict, env: dict, *
         launch_s[inst.id] = time.perf_counter() - t
 
     t0 = time.perf_counter()
-    execute(instances, launch, nthreads)
+    syncs = []
+    if plan is None:
+        ran = [0]
+
+        def sync(pending, producers, expanded):    # a read of a computed tensor: run what comes before it
+            execute(expanded[ran[0]:], launch, nthreads)
+            ran[0] = len(expanded)
+
+        instances, subs = expand(graph, env, Geometry(buffers), instance=CpuTask, sync=sync)
+        execute(instances[ran[0]:], launch, nthreads)
+        syncs = subs.syncs
+        plan = _Plan(buffers.shapes, instances, written_bases(instances, buffers),
+                     _reusable_workspaces(graph, args, buffers))
+        if plans is not None:
+            if len(plans) >= _PLANS_PER_GRAPH:
+                plans.pop(next(iter(plans)))
+            plans[key] = plan
+    else:
+        execute(plan.instances, launch, nthreads)
+    instances = plan.instances
     run_s = time.perf_counter() - t0
     if plans is not None and plan.warm is None and not buffers.copy_back:
         plan.warm = WarmRun.prepare(instances, buffers, args, plan.reusable, nthreads) or False
@@ -255,8 +264,10 @@ def run_with(kernels: KernelSet, graph: ExecutionGraph, args: dict, env: dict, *
             plan.work = count_work(instances, spec.cores.get("aiv_per_aic", 2))
         except Exception as e:      # noqa: BLE001  the run is done and right: a counting gap is a note
             plan.work, plan.work_error = {}, f"{type(e).__name__}: {e}"
-    return outputs, _finish_report(graph, spec, plan, launch_s, run_s, nthreads, built, setup_s,
-                                   "kernel times are their ctypes calls, summed over launches")
+    report = _finish_report(graph, spec, plan, launch_s, run_s, nthreads, built, setup_s,
+                            "kernel times are their ctypes calls, summed over launches")
+    report.notes.extend(r.note() for r in syncs)     # reads that waited for tasks (pypto.item)
+    return outputs, report
 
 
 def _run_warm(plan, graph, args, spec, nthreads, built, setup_s):

@@ -25,7 +25,8 @@ def execute(instances: list, launch, threads: int) -> None:
         for inst in instances:
             launch(inst, threads)
         return
-    done: set[int] = set()
+    ids = {i.id for i in instances}
+    done: set[int] = {d for i in instances for d in i.deps} - ids    # run before (a staged control program)
     free = threads
     lock = threading.Lock()
     pending = list(instances)

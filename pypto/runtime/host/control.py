@@ -11,7 +11,9 @@ Data scalars (``pypto.item``: ``graph.scalar_reads``) are read from their argume
 first needs them (scalars.py): the expansion runs under a ``ScalarEnv``, each instance counts the reads
 made just before it (``control_reads``: the sim charges them to the AICPU's control thread), and the
 submissions count those made after the last instance (``Submissions.trailing_reads``: the run's end, e.g.
-a final loop whose data-dependent trip count is 0). A run-time
+a final loop whose data-dependent trip count is 0). A data scalar of a tensor the program computes
+stages the expansion: the backend's ``sync`` runs what was expanded so far until the element's writers
+are done, then the read is made and the expansion goes on (``Submissions.syncs`` lists those reads). A run-time
 branch is a Loop of 0 or 1 trips (ir/execution.py), expanded like any loop."""
 from __future__ import annotations
 
@@ -117,16 +119,53 @@ def _regions(task, regions, params, geo):
 
 class Submissions(list):
     """The submissions of a run (lists of task instances), and the data scalars the control program read
-    after its last instance (``trailing_reads``: no instance follows to charge them to)."""
+    after its last instance (``trailing_reads``: no instance follows to charge them to). ``staged``: how
+    many of the first submissions the backend was handed while the program was expanded (``sync``);
+    ``syncs``: the reads that waited for tasks (``SyncRead``), in program order."""
     trailing_reads = 0
+    staged = 0
+    syncs: list = []
 
 
-def expand(graph, env: dict, geo, stitch: int = 1, instance=TaskInstance):
+class SyncRead:
+    """A data scalar read from a tensor the program computes: where, which element, the task instances it
+    waited for, and how long the control program waited for them (``waited``: sim cycles, None where the
+    backend does not say)."""
+    __slots__ = ("read", "index", "producers", "waited")
+
+    def __init__(self, read, index, producers, waited=None):
+        self.read, self.index, self.producers, self.waited = read, index, producers, waited
+
+    def note(self) -> str:
+        r = self.read
+        where = f" at {r.loc.file}:{r.loc.line}" if r.loc is not None else ""
+        waited = "" if self.waited is None else f"; the AICPU waited {self.waited:.0f} cycles for them"
+        return (f"pypto.item{where} read {r.buffer}[{', '.join(map(str, self.index))}] after the "
+                f"{len(self.producers)} task(s) writing it finished{waited}")
+
+
+class _Slot:
+    """The submission a loop's iterations go to (``stitch`` of them), made on its first task; a staged
+    sync closes it (what was handed to the backend is not added to)."""
+    __slots__ = ("items", "epoch")
+
+    def __init__(self):
+        self.items, self.epoch = None, -1
+
+
+def expand(graph, env: dict, geo, stitch: int = 1, instance=TaskInstance, sync=None):
     """(task instances in program order with their dependencies, submissions: lists of instances, a
     ``Submissions``).
 
     A Task outside any loop is a submission of its own; so are ``stitch`` consecutive iterations of
-    an outermost loop. ``instance``: the TaskInstance (sub)class to make."""
+    an outermost loop. ``instance``: the TaskInstance (sub)class to make.
+
+    ``sync(pending, producers, instances)``: how the backend runs a staged program. When a data scalar
+    reads an element some expanded task writes (a tensor the program computes), the expansion stops there
+    and calls it with the submissions not yet handed over (``pending``) and the ids of the instances
+    writing the element (as the dependency model knows them); it returns once they are done (its value:
+    the cycles the control program waited, or None), the element is read and the expansion goes on.
+    Without ``sync`` (a backend that cannot stage) such a read is an error."""
     plans: dict = {}                # id(task) -> (TaskPlan, reads evaluator, writes evaluator)
     tracker = DependencyTracker(geo)
     instances: list = []
@@ -134,9 +173,36 @@ def expand(graph, env: dict, geo, stitch: int = 1, instance=TaskInstance):
     stitch = max(1, int(stitch))
     loop_names: set = set()
     reads = getattr(graph, "scalar_reads", None) or {}
-    top = bind(env, reads, lambda name: _data_of(geo.bufs, name))
+    top = bind(env, reads, lambda name: _data_of(geo.bufs, name, env))
     reader = top.reader
     done_reads = [0]
+    stage = {"handed": 0, "epoch": 0}
+    syncs: list = []
+
+    def before_read(r, idx, cur_env):
+        box = geo.box(r.buffer, idx, (1,) * len(idx), cur_env) if r.buffer in geo.shapes else None
+        producers = sorted(tracker.writers(box)) if box is not None else []
+        if not producers:
+            b = graph.buffers.get(geo.bufs.base_of(r.buffer)) if r.buffer in geo.shapes else None
+            if r.source is not None and (b is None or b.role != "constant"):
+                raise PyptoError(f"pypto.item reads {r.buffer}[{', '.join(map(str, idx))}], an element of a tensor "
+                                 "this program computes, but no task has written it when the control program "
+                                 "reads it", loc=r.loc,
+                                 hint="read an element the program writes before the read (not one left "
+                                      "unwritten by a loop of zero trips or a view's valid shape)")
+            return
+        if sync is None:
+            raise PyptoError(f"pypto.item reads '{r.buffer}', which this program computes: this backend cannot "
+                             "run the control program in stages yet (not supported on npu yet)", loc=r.loc,
+                             hint="compute the value in a program of its own and pass it in as an argument")
+        pending = submissions[stage["handed"]:]
+        stage["handed"] = len(submissions)
+        stage["epoch"] += 1
+        waited = sync(pending, producers, instances)
+        syncs.append(SyncRead(r, idx, producers, waited))
+
+    if reader is not None:
+        reader.before = before_read
 
     def plan_of(task):
         hit = plans.get(id(task))
@@ -146,7 +212,7 @@ def expand(graph, env: dict, geo, stitch: int = 1, instance=TaskInstance):
                                      _regions(task, task.writes, p.stores, geo))
         return hit
 
-    def add(task, cur_env, submission):
+    def add(task, cur_env, slot):
         p, read_boxes, write_boxes = plan_of(task)
         scalars = dict(zip(p.scalar_names, p.scalars(cur_env)))
         (block_dim,) = p.block_dim(cur_env)
@@ -154,8 +220,8 @@ def expand(graph, env: dict, geo, stitch: int = 1, instance=TaskInstance):
         label = task.name or task.kernel
         if loop_vals:
             label += "[" + ", ".join(f"{k}={v}" for k, v in loop_vals.items()) + "]"
+        reads, writes = read_boxes(cur_env), write_boxes(cur_env)      # may read data scalars (and sync)
         inst = instance(len(instances), task, p, scalars, cur_env, int(block_dim), label)
-        reads, writes = read_boxes(cur_env), write_boxes(cur_env)
         if reader is not None:
             inst.control_reads, done_reads[0] = reader.count - done_reads[0], reader.count
         if task.reads is not None:
@@ -164,12 +230,15 @@ def expand(graph, env: dict, geo, stitch: int = 1, instance=TaskInstance):
             inst.write_boxes = writes
         inst.deps = tracker.add(inst.id, reads, writes)
         instances.append(inst)
-        if submission is None:
-            submission = []
-            submissions.append(submission)
-        submission.append(inst)
+        if slot is None:
+            submissions.append([inst])
+            return
+        if slot.items is None or slot.epoch != stage["epoch"]:
+            slot.items, slot.epoch = [], stage["epoch"]
+            submissions.append(slot.items)
+        slot.items.append(inst)
 
-    def rec(items, cur_env, submission):
+    def rec(items, cur_env, slot):
         group = None
         for it in items:
             if isinstance(it, Loop):
@@ -178,40 +247,44 @@ def expand(graph, env: dict, geo, stitch: int = 1, instance=TaskInstance):
                 if step == 0:
                     raise PyptoError(f"loop {it.var} has step 0", loc=it.loc)
                 for k, v in enumerate(range(start, stop, step)):
-                    inner = submission
-                    if submission is None:
+                    inner = slot
+                    if slot is None:
                         if k % stitch == 0:
-                            group = []
-                            submissions.append(group)
+                            group = _Slot()
                         inner = group
                     rec(it.body, cur_env.child(it.var.name, v), inner)
             elif isinstance(it, Task):
-                add(it, cur_env, submission)
+                add(it, cur_env, slot)
             else:
                 raise PyptoError(f"unknown control-program item {it!r}")
 
     rec(graph.program, top, None)
     if reads:
         _check_unwritten(reads, instances, geo.bufs)
-    out = Submissions(s for s in submissions if s)
+    out = Submissions(submissions)
+    out.staged, out.syncs = stage["handed"], syncs
     if reader is not None:
         out.trailing_reads = reader.count - done_reads[0]
     return instances, out
 
 
-def _data_of(bufs, name):
-    """The data of argument ``name`` for a data-scalar read (the caller's tensor in a timing-only run)."""
+def _data_of(bufs, name, env):
+    """The data of buffer ``name`` for a data-scalar read (an argument: the caller's tensor in a
+    timing-only run; a computed tensor: its GM buffer, a view of its base included)."""
     t = bufs.tensors.get(name)
     if hasattr(t, "dtype"):
         return t
-    return getattr(bufs, "args", {}).get(name)
+    arg = getattr(bufs, "args", {}).get(name)
+    if arg is None and name in bufs.shapes and not bufs.timing_only:
+        return bufs.get(name, env)
+    return arg
 
 
 def _check_unwritten(reads, instances, bufs) -> None:
-    """A data scalar is read from an argument no task writes (so the read waits for no task)."""
+    """A data scalar of an argument is read from one no task writes (so the read waits for no task)."""
     written = written_bases(instances, bufs)
     for r in reads.values():
-        if bufs.base_of(r.buffer) in written:
+        if getattr(r, "source", None) is None and bufs.base_of(r.buffer) in written:
             raise PyptoError(f"pypto.item reads '{r.buffer}', which a task of this program writes: the control "
                              "program reads scalars only from arguments no task writes", loc=r.loc)
 

@@ -69,6 +69,10 @@ class DependencyTracker:
             self._record(box, tid, False)
         return deps
 
+    def writers(self, box) -> set:
+        """Ids of the recorded tasks that write ``box`` (the latest writers: each follows those it covers)."""
+        return {otid for other, otid, w in self._candidates(box) if w and _overlap(box, other)}
+
     def _record(self, box, tid, write):
         base = box[0]
         entry = (box, tid, write)

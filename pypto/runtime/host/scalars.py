@@ -7,6 +7,9 @@ program first needs it — a loop bound, a task's scalar, a view offset, a branc
 inside a branch only when the branch is taken. ``ScalarReader`` does the reads: the index evaluated
 under the env, checked against the argument's shape, the value checked >= 0, each distinct element
 read once per run (``count``: the reads made, which the sim charges to the AICPU's control thread).
+A read of a tensor the program computes (``ScalarRead.source``) first calls ``before`` (set by
+control.expand), which has the backend run the tasks expanded so far until that element's writers
+are done.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ class ScalarReader:
                       for n, r in reads.items()}
         self.values: dict = {}          # (buffer, index) -> value: each element read once per run
         self.count = 0
+        self.before = None              # (ScalarRead, index, env) -> None: wait for the element's writers
 
     def read(self, name: str, env) -> int:
         r = self.reads[name]
@@ -36,10 +40,17 @@ class ScalarReader:
             return hit
         t = self.tensor_of(r.buffer)
         if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+            if getattr(r, "source", None) is not None:
+                raise PyptoError(f"the control program reads {r.buffer}[{', '.join(map(str, idx))}] (pypto.item), "
+                                 "which this program computes, but a timing-only run computes no data", loc=r.loc,
+                                 hint="run with data (timing_only=False), or compute the value in a program of "
+                                      "its own and pass it in as an argument")
             raise PyptoError(f"the control program reads {r.buffer}[{', '.join(map(str, idx))}] (pypto.item) but "
                              f"this run has no data for '{r.buffer}'", loc=r.loc,
                              hint="a timing-only run still needs the real tensors the control program reads")
         shape = tuple(t.shape)
+        if self.before is not None and len(idx) == len(shape) and all(0 <= i < n for i, n in zip(idx, shape)):
+            self.before(r, idx, env)
         if len(idx) != len(shape) or any(not 0 <= i < n for i, n in zip(idx, shape)):
             raise IndexOutOfRangeError(f"pypto.item reads {r.buffer}[{', '.join(map(str, idx))}], outside its "
                                        f"shape {list(shape)}", loc=r.loc)

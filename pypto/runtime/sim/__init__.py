@@ -75,12 +75,13 @@ def _run(graph, args, env, machine, timing_only, trace, policy, check, stitch):
     bufs = GMBuffers(graph, args, env, timing_only=timing_only)
     shapes = bufs.shapes
     geo = Geometry(bufs)
-    instances, batches = expand(graph, env, geo, stitch)
-
     state = SimState(spec, functional=not timing_only, check=check, trace=bool(trace))
     launcher = Launcher(state, graph, bufs, env, spec, geo)
     sched = Scheduler(state, spec, launcher, policy)
-    cycles = sched.run(batches)
+    with sched.staged():        # a read of a computed tensor simulates what was expanded before it
+        instances, batches = expand(graph, env, geo, stitch, sched)
+        sched.submit(batches)
+        cycles = sched.finish(batches.trailing_reads)
     # the L2 is write-back: the outputs' dirty lines still have to reach HBM
     out_bases = {bufs.base_of(n) for n in graph.outputs}
     cycles = max(cycles, state.gmem.flush(sorted(out_bases)))
@@ -100,6 +101,7 @@ def _run(graph, args, env, machine, timing_only, trace, policy, check, stitch):
     work = {name: Work(load_bytes=ks.load_bytes) for name, ks in state.kernel_stats.items()}
     report.decisions = kernel_decisions(graph, spec, state.kernel_stats, work)
     report.notes.extend(graph.notes)             # what the trace chose (frontend.context.note)
+    report.notes.extend(r.note() for r in batches.syncs)     # reads that waited for tasks (pypto.item)
     gmem = state.gmem
     report.notes.append(f"L2 write-back: HBM moved {gmem.hbm_bytes / 1e6:.1f} MB, of which "
                         f"{gmem.writeback_bytes / 1e6:.1f} MB dirty evictions and "

@@ -6,6 +6,9 @@ free cores, cores run them; time advances event by event (submissions, dispatche
 * Control thread (AICPU 0): submits the submissions in program order, ``submit_cycles`` each, plus
   ``scalar_read_cycles`` for each data scalar (``pypto.item``) it read from GM to expand the submission
   (those read after the last submission, ``trailing_reads`` of the batches, at the end: the run waits for them).
+  A read of a tensor the program computes stages the run (``staged``): the submissions so far are
+  simulated until the tasks writing the element have finished (``wait_for``), the control thread waits
+  for them, then reads it at the same ``scalar_read_cycles`` and goes on submitting.
 * Dispatchers (the other AICPU threads): a submission whose first task is ready (submitted, all
   producers finished) takes the earliest-free dispatcher for ``task_dispatch_cycles``; once
   dispatched, each of its tasks goes to the cores as soon as its producers finished.
@@ -27,6 +30,7 @@ Policies choose among the block instances waiting for cores (one queue per kind 
 from __future__ import annotations
 
 import heapq
+from contextlib import contextmanager
 
 from ...errors import PyptoError, SimError
 from ..progress import progress
@@ -58,9 +62,10 @@ class Scheduler:
         self.seq = 0
         self.now = 0.0
         self.end = 0.0
+        self.ctrl = 0.0
         self.dispatch_slices: list = []
         self.running: list = []          # heap of (unit time, seq, unit)
-        self.bar = None
+        self.bar, self.grow_bar = None, False
 
     def push(self, t, kind, payload):
         self.seq += 1
@@ -69,24 +74,57 @@ class Scheduler:
     def run(self, batches) -> float:
         """Simulate every submission; the cycle the last event happened. A long run shows a progress bar
         of task instances finished (runtime/progress.py: only on a terminal, only after a few seconds)."""
-        with progress(total=sum(len(b.instances) for b in batches), desc="simulating", unit="task") as bar:
-            self.bar = bar
+        with self.staged(sum(len(b.instances) for b in batches)):
+            self.submit(batches)
+            return self.finish(getattr(batches, "trailing_reads", 0))
+
+    @contextmanager
+    def staged(self, total=None):
+        """A run handed its submissions in stages (``submit``, ``wait_for``, ``finish``): a control
+        program that reads a tensor it computes (runtime/host/control.py's ``sync``)."""
+        with progress(total=total, desc="simulating", unit="task") as bar:
+            self.bar, self.grow_bar = bar, total is None     # the total grows with each submit
+            self.ctrl = float(self.start_cycles)       # the control thread's clock
+            if self.ctrl:
+                self.dispatch_slices.append((0, 0.0, self.ctrl, "launch", 0))   # the AICPU's control thread starting
+            self.end = self.ctrl
             try:
-                return self._run(batches)
+                yield self
             finally:
                 self.bar = None
 
-    def _run(self, batches) -> float:
-        t = float(self.start_cycles)
-        if t:
-            self.dispatch_slices.append((0, 0.0, t, "launch", 0))      # the AICPU's control thread starting
+    def submit(self, batches) -> None:
+        if self.grow_bar:
+            self.bar.total = (getattr(self.bar, "total", None) or 0) + sum(len(b.instances) for b in batches)
         read = self.read_cycles
         for b in batches:
             # the data scalars the control thread read to expand this submission (pypto.item) come first
-            t += self.submit_cycles + (read * sum(i.control_reads for i in b.instances) if read else 0)
-            self.push(t, _SUBMIT, b)
-        t += read * getattr(batches, "trailing_reads", 0)     # reads after the last task: the run's end
-        self.end = t
+            self.ctrl += self.submit_cycles + (read * sum(i.control_reads for i in b.instances) if read else 0)
+            self.push(self.ctrl, _SUBMIT, b)
+        self.end = max(self.end, self.ctrl)
+
+    def wait_for(self, insts) -> float:
+        """Simulate until every one of ``insts`` (submitted) has finished; the control thread waits for
+        them. Returns the cycles it waited."""
+        self._advance(lambda: all(i.done_at is not None for i in insts))
+        if any(i.done_at is None for i in insts):
+            raise SimError("internal: the control program waits for a task that never runs")
+        t = max(i.done_at for i in insts)
+        waited = max(0.0, t - self.ctrl)
+        self.ctrl = max(self.ctrl, t)
+        self.end = max(self.end, self.ctrl)
+        return waited
+
+    def finish(self, trailing_reads: int = 0) -> float:
+        self.ctrl += self.read_cycles * trailing_reads      # reads after the last task: the run's end
+        self.end = max(self.end, self.ctrl)
+        self._advance(None)
+        if self.drain_cycles:
+            self.dispatch_slices.append((0, self.end, self.end + self.drain_cycles, "drain", 0))
+        return self.end + self.drain_cycles
+
+    def _advance(self, stop) -> None:
+        """Process events and running blocks in time order until none is left or ``stop()`` holds."""
         events, running = self.events, self.running
         while events or running:
             if running and (not events or running[0][0] < events[0][0]):
@@ -124,9 +162,8 @@ class Scheduler:
                 if inst.remaining == 0:
                     self.finished(inst)
             self.assign()
-        if self.drain_cycles:
-            self.dispatch_slices.append((0, self.end, self.end + self.drain_cycles, "drain", 0))
-        return self.end + self.drain_cycles
+            if stop is not None and stop():
+                return
 
     # ------------------------------------------------------------------ task life cycle
     def ready(self, inst):
@@ -155,6 +192,7 @@ class Scheduler:
 
     def finished(self, inst):
         self.bar.update(1)
+        inst.done_at = self.now
         for d in inst.dependents:
             d.deps_left -= 1
             if self.now > d.fresh:
