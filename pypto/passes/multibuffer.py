@@ -17,7 +17,10 @@ iteration's tasks run one after another, so tasks / S iterations in flight keep 
 full; one more is being dispatched (the AICPU's dispatch cost). The copies of one loop's
 workspaces take at most a quarter of L2 (copies that do not stay in L2 cost HBM traffic instead of
 waits). Sizes, trip counts and block_dims may be symbolic: K is then an expression the runtime
-evaluates with the run's sizes. K = 1 leaves the buffer alone, and so do loops whose every task
+evaluates with the run's sizes. K sizes buffers, allocated before the control program runs, so a
+trip count or block_dim known only while it runs (a data scalar: the MoE grouped matmul's rows per
+expert) bounds nothing (a block_dim counts as every core) and weighs 1 in the iteration number.
+K = 1 leaves the buffer alone, and so do loops whose every task
 waits for the previous iteration through a running state (``_a_chain``: the GDN state recurrence),
 where copies would only take L2 from other data — unless an enclosing loop's iterations are
 independent (the chunk recurrence of one head inside a loop over heads): the iteration number
@@ -44,7 +47,7 @@ def multibuffer_workspaces(eg: ExecutionGraph, machine) -> ExecutionGraph:
             private.setdefault(b.private_to[-1], []).append(b)
     for var, bufs in private.items():
         loop, outer = loops[var]
-        numbered = _iteration_number(outer + [loop])
+        numbered = _iteration_number(outer + [loop], set(eg.symbols))
         if numbered is None:
             continue
         slot, counted = numbered
@@ -128,11 +131,14 @@ def _trip(loop):
     return sympy.sympify(sym.simplify(sympy.Max(0, trips)))
 
 
-def _iteration_number(chain):
+def _iteration_number(chain, sizes=frozenset()):
     """(the number of the current iteration in program order over the nested loops ``chain``
     (outermost first), the loops it counts): counted from the innermost loop out as far as each
     step is a positive integer and each inner trip count does not depend on an outer loop variable;
-    None when the innermost loop's step is not a positive integer."""
+    None when the innermost loop's step is not a positive integer. An inner trip count known only
+    while the program runs (a data scalar: the grouped matmul's rows of one expert) weighs 1, so the
+    number is the sum of the indices: a copy's offset must be an expression of sizes and loop indices,
+    and consecutive iterations still differ by one (two that share a copy stay ordered by deps.py)."""
     n = sympy.Integer(0)
     weight = sympy.Integer(1)
     loop_vars = {lp.var for lp in chain}
@@ -147,7 +153,7 @@ def _iteration_number(chain):
         trip = _trip(lp)
         if trip.free_symbols & loop_vars:
             break
-        weight = weight * trip
+        weight = weight * (trip if trip.free_symbols <= sizes else 1)
     if not counted:
         return None
     return sym.simplify(n), counted
@@ -178,7 +184,7 @@ def _copies(eg, loop, counted, bufs, machine, loops):
             if not (block_dim.free_symbols & first.keys()):
                 break
             block_dim = block_dim.subs(first)
-        if block_dim.free_symbols & first.keys():
+        if block_dim.free_symbols - set(eg.symbols):      # a loop index's or a data scalar's
             block_dim = sympy.Integer(cores[kind])
         tasks += 1
         used[kind] = used.get(kind, 0) + sympy.Min(cores[kind], sympy.Max(1, block_dim))
@@ -190,7 +196,10 @@ def _copies(eg, loop, counted, bufs, machine, loops):
     in_flight = sympy.Min(*[sympy.ceiling(tasks * cores[kind] / n) for kind, n in used.items()])
     per_copy = sum((_nbytes(b) for b in bufs), sympy.Integer(0))
     budget = machine.memory.get("l2_bytes", 0) // L2_SHARE
-    iterations = math.prod((_trip(lp) for lp in counted), start=sympy.Integer(1))
+    trips = [_trip(lp) for lp in counted]
+    # a trip count known only while the program runs bounds nothing here (K sizes buffers)
+    iterations = (math.prod(trips, start=sympy.Integer(1))
+                  if all(t.free_symbols <= set(eg.symbols) for t in trips) else sympy.oo)
     k = sympy.sympify(sym.simplify(sympy.Min(iterations, 1 + in_flight,
                                              sympy.floor(budget / sympy.Max(1, per_copy)))))
     if k.is_Integer:
