@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from .. import symbolic as sym
 from ..errors import TilingError
 
 ASSUMED_DYNAMIC = 4096
@@ -22,7 +23,16 @@ ROW_BURST_BYTES = 64               # what one more row of a GM box costs the MTE
 
 
 def _est(size) -> int:
-    return size if isinstance(size, int) else ASSUMED_DYNAMIC
+    """A size for the estimates: each dynamic symbol of it counts as ``ASSUMED_DYNAMIC`` (a flattened
+    [2048 * T] is 2048x a lone T: counting the whole product as one assumed size chose 128-element
+    tiles, one per core)."""
+    if isinstance(size, int):
+        return size
+    try:
+        v = sym.evaluate(size, {s.name: ASSUMED_DYNAMIC for s in sym.free_symbols(size)})
+    except Exception:  # noqa: BLE001 - an expression the evaluator cannot take: the plain assumption
+        return ASSUMED_DYNAMIC
+    return v if v >= 1 else ASSUMED_DYNAMIC
 
 
 def _pow2_upto(n):

@@ -118,8 +118,10 @@ def lower_program(p: TileProgram, machine, core: CoreType = CoreType.AIV):
     one_each = isinstance(n_par, int) and n_par <= cores
     # a program whose smallest tiles leave no room for a second copy runs single-buffered
     double = p.attrs.get("pingpong", True)
-    pingpong_outer = double and seq is None and not one_each
-    pingpong_inner = double and seq is not None and not (isinstance(seq.count, int) and seq.count == 1)
+    # a sequential axis of one step (a matmul whose K fits one tile) runs inline: the tile loop ping-pongs
+    seq_once = seq is not None and isinstance(seq.count, int) and seq.count == 1
+    pingpong_outer = double and (seq is None or seq_once) and not one_each
+    pingpong_inner = double and seq is not None and not seq_once
 
     tiles, regions = {}, {}
     by_phase = {"setup": [], "pre": [], "step": [], "post": []}
@@ -175,7 +177,12 @@ def lower_program(p: TileProgram, machine, core: CoreType = CoreType.AIV):
         copy = Copy(subs, {})
         declare_phase(("pre", "post"), subs, "outer")
         stmts = emit_ops(by_phase["pre"], copy)
-        if seq is not None:
+        if seq_once:
+            sub2 = dict(subs)
+            sub2[seq.index] = sympy.Integer(0)
+            declare_phase(("step",), sub2, "outer")
+            stmts += emit_ops(by_phase["step"], Copy(sub2, {}))
+        elif seq is not None:
             k_var = sympy.Symbol("k", integer=True, nonnegative=True)
             sub2 = dict(subs)
             sub2[seq.index] = k_var
