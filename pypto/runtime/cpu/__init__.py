@@ -26,6 +26,7 @@ from ...ir.execution import ExecutionGraph
 from ...machine import machine_spec
 from ..host import GMBuffers, Geometry, abi_scalars, bind_sizes, expand, one_task_graph, written_bases
 from ..host.work import count_work, minimal_gm_bytes
+from ..host.control import sync_notes
 from ..report import Report, kernel_decisions, set_last_report
 from . import compiler, units
 from .compiler import STATS, INCLUDE_DIR
@@ -266,7 +267,7 @@ def run_with(kernels: KernelSet, graph: ExecutionGraph, args: dict, env: dict, *
             plan.work, plan.work_error = {}, f"{type(e).__name__}: {e}"
     report = _finish_report(graph, spec, plan, launch_s, run_s, nthreads, built, setup_s,
                             "kernel times are their ctypes calls, summed over launches")
-    report.notes.extend(r.note() for r in syncs)     # reads that waited for tasks (pypto.item)
+    report.notes.extend(sync_notes(syncs))     # reads that waited for tasks (pypto.item)
     return outputs, report
 
 

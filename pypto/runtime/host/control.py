@@ -136,12 +136,23 @@ class SyncRead:
     def __init__(self, read, index, producers, waited=None):
         self.read, self.index, self.producers, self.waited = read, index, producers, waited
 
-    def note(self) -> str:
-        r = self.read
-        where = f" at {r.loc.file}:{r.loc.line}" if r.loc is not None else ""
-        waited = "" if self.waited is None else f"; the AICPU waited {self.waited:.0f} cycles for them"
-        return (f"pypto.item{where} read {r.buffer}[{', '.join(map(str, self.index))}] after the "
-                f"{len(self.producers)} task(s) writing it finished{waited}")
+
+def sync_notes(syncs) -> list:
+    """The report's lines for the synchronising reads: one per pypto.item line and tensor, in program order."""
+    groups: dict = {}
+    for s in syncs:
+        r = s.read
+        groups.setdefault((r.loc.file if r.loc else None, r.loc.line if r.loc else None, r.buffer), []).append(s)
+    out = []
+    for (file, line, buffer), group in groups.items():
+        where = f" at {file}:{line}" if file is not None else ""
+        first = ", ".join(map(str, group[0].index))
+        times = f"{len(group)} elements (first {buffer}[{first}])" if len(group) > 1 else f"{buffer}[{first}]"
+        waits = [s.waited for s in group if s.waited is not None]
+        waited = f"; the AICPU waited {sum(waits):.0f} cycles for them (longest {max(waits):.0f})" if waits else ""
+        out.append(f"pypto.item{where} read {times} of a tensor this program computes, each once the tasks "
+                   f"writing it had finished{waited}")
+    return out
 
 
 class _Slot:

@@ -33,6 +33,7 @@ from ...machine import machine_spec
 from ..report import Report, kernel_decisions, set_last_report
 from ..host import GMBuffers, Geometry, bind_sizes, one_task_graph, written_bases
 from ..host.work import Work, minimal_gm_bytes
+from ..host.control import sync_notes
 from .control import expand
 from .engine import SimState
 from .launch import Launcher
@@ -101,7 +102,7 @@ def _run(graph, args, env, machine, timing_only, trace, policy, check, stitch):
     work = {name: Work(load_bytes=ks.load_bytes) for name, ks in state.kernel_stats.items()}
     report.decisions = kernel_decisions(graph, spec, state.kernel_stats, work)
     report.notes.extend(graph.notes)             # what the trace chose (frontend.context.note)
-    report.notes.extend(r.note() for r in batches.syncs)     # reads that waited for tasks (pypto.item)
+    report.notes.extend(sync_notes(batches.syncs))     # reads that waited for tasks (pypto.item)
     gmem = state.gmem
     report.notes.append(f"L2 write-back: HBM moved {gmem.hbm_bytes / 1e6:.1f} MB, of which "
                         f"{gmem.writeback_bytes / 1e6:.1f} MB dirty evictions and "
