@@ -30,8 +30,9 @@ Timing-only simulation: the data are random, the routing is what the router give
 runs with data: its counts are the experts program's trip counts). Each row is one call, compile included:
 simulated cycles do not depend on what ran before, so no warm-up call. Where the CPU goes (process CPU, B=32,
 512 experts): simulating the tasks (sim/core.py step/instr, the L2 model's gm.move) is 85-95% of each row,
-linear in the tasks run (GDN 18.9k core programs ~17 s, attention 165k ~28 s, MoE 33k ~31 s); compiling each
-program is under 3 s and happens once (dynamic batch dim).
+linear in the tasks run (attention 19.4k tasks ~18 s, MoE 724 tasks of large boxes ~18 s); compiling each
+program is under 3 s and happens once (dynamic batch dim). The whole bench: ~105 s CPU. B=32 was slow
+(LM head alone 155 s) while a [B, 1, H] linear was a batched matmul reading its weight B times.
 """
 from __future__ import annotations
 
