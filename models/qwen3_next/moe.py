@@ -262,3 +262,29 @@ def build_programs(config: Qwen3NextConfig, dt, rows_per_chunk: int = ROWS_PER_C
         return pypto.cast(routed + pypto.cast(shared, pypto.float32), dt)
 
     return dispatch, experts
+
+
+def build_block_program(config: Qwen3NextConfig, dt, rows_per_chunk: int = ROWS_PER_CHUNK, **jit_options):
+    """The block as one pypto.jit program (dispatch and experts together): the experts' loops read the
+    counts and offsets the same program computes (pypto.item of a computed tensor: the control program
+    reads them once the dispatch's tasks are done). Returns (out, logits) for
+    (x [N, H], router_weight, gate_up, down, the shared expert's weights, y_perm [N k, H] scratch).
+    A timing-only run cannot read them (it computes no data): ``build_programs`` keeps the two programs."""
+    c = config
+    H, E, k, I = c.hidden_size, c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size
+    DYN = pypto.DYNAMIC
+
+    @pypto.jit(name="moe_block", **jit_options)
+    def block(x: pypto.Tensor[[DYN, H], dt], router_weight: pypto.Tensor[[E, H], dt],
+              gate_up: pypto.Tensor[[E * 2 * I, H], dt], down: pypto.Tensor[[E * H, I], dt],
+              shared_gate, shared_up, shared_down, shared_expert_gate, y_perm: pypto.Tensor[[DYN, H], dt]):
+        N = x.shape[0]
+        logits, weights, ids = route(x, router_weight, k, c.norm_topk_prob)
+        counts, offsets, rows, token_of_row = dispatch_plan(ids, E)
+        x_perm = pypto.index_select(x, 0, token_of_row)
+        grouped_swiglu(x_perm, counts, offsets, gate_up, down, y_perm, rows_per_chunk)
+        routed = unpermute(y_perm, pypto.reshape(rows, [N, k]), weights)         # fp32 [N, H]
+        shared = shared_expert(x, shared_gate, shared_up, shared_down, shared_expert_gate)
+        return pypto.cast(routed + pypto.cast(shared, pypto.float32), dt), logits
+
+    return block
