@@ -146,8 +146,10 @@ class ChunkMasks:
         return self.C // self.block
 
     @classmethod
-    def of(cls, C: int) -> "ChunkMasks":
-        block = DIAG_BLOCK if C % DIAG_BLOCK == 0 else C
+    def of(cls, C: int, block: int | None = None) -> "ChunkMasks":
+        """``block``: rows of the diagonal blocks inverted first (default ``DIAG_BLOCK``; C: every level of
+        the inverse on the whole chunk)."""
+        block = block or (DIAG_BLOCK if C % DIAG_BLOCK == 0 else C)
         i = torch.arange(C)
         j = torch.arange(block)
         nb = C // block
@@ -241,10 +243,13 @@ def chunk_maps(q, k, v, G, beta, *, scale: float, masks: ChunkMasks, cube_dtype=
     # the diagonal blocks again, from the keys of each block (cheaper than cutting them out of A)
     nb, b = masks.nb, masks.block
     lead_k, lead_g = list(k.shape[:-2]), list(G.shape[:-2])
-    k_blocks = k.reshape(*lead_k, nb, b, K)
-    G_blocks = G.reshape(*lead_g, nb, b, 1)
-    A_diag = beta.reshape(*lead_g, nb, b, 1) * mm(k_blocks, k_blocks, b_trans=True) \
-        * _decay(G_blocks, masks.block_strict)
+    if nb == 1:                                                     # one block: A itself
+        A_diag = A.reshape(*A.shape[:-2], 1, b, b)
+    else:
+        k_blocks = k.reshape(*lead_k, nb, b, K)
+        G_blocks = G.reshape(*lead_g, nb, b, 1)
+        A_diag = beta.reshape(*lead_g, nb, b, 1) * mm(k_blocks, k_blocks, b_trans=True) \
+            * _decay(G_blocks, masks.block_strict)
     T = unit_lower_inverse(A, A_diag, masks)                        # [..., C, C]
     eG = pypto.exp(G)
     U = mm(T, beta * v)                                             # [..., C, V]
@@ -332,8 +337,10 @@ def _chunk_all_heads(q, k, v, g, beta, state, o, n, row, state_row, start, lengt
         S_next = pypto.matmul(at_chunk(maps.M), S) + at_chunk(maps.P)
         pypto.assemble(S_next.reshape(*state_box[0]), state_box[1], state)
     out = pypto.matmul(maps.R, starts) + maps.O                     # [R, H, r, NC, C, V]
-    # (a permute: on the compiled backends per-head box writes into o cost more than this copy)
-    out = out.reshape(rows, HV, NC * C, V).permute(0, 2, 1, 3).reshape(rows, NC * C, HV * V)
+    # (a permute: on the compiled backends per-head box writes into o cost more than this copy; in o's
+    # dtype, so that it moves half the bytes of fp32 for a bf16 o)
+    out = pypto.cast(out, o.tensor.dtype).reshape(rows, HV, NC * C, V).permute(0, 2, 1, 3)
+    out = out.reshape(rows, NC * C, HV * V)
     store_rows(out, o, row0, start, length, o.col0)
 
 
@@ -346,7 +353,9 @@ def chunk_gated_delta_rule(q: Heads, k: Heads, v: Heads, g: Heads, beta: Heads, 
     ``chunk_maps``."""
     H, K, HV, V = q.heads, q.dim, v.heads, v.dim
     r, C = HV // H, chunk_size
-    masks = ChunkMasks.of(C)
+    # all heads at once: every level of (I + A)^-1 on whole chunks (the 16-row diagonal blocks' small
+    # matmuls and their placement cost more than the levels they save: issue 14)
+    masks = ChunkMasks.of(C, block=None if per_head else C)
     if not per_head:
         for n, (row, state_row, start, length) in enumerate(sequences):
             _chunk_all_heads(q, k, v, g, beta, state, o, n, row, state_row, start, length, scale=scale, masks=masks,
