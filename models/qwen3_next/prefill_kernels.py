@@ -44,7 +44,7 @@ def _prep_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
                kt_ws: pl.Tensor[[pl.DYNAMIC, pl.STATIC], None],
                attn_ws: pl.Tensor[[pl.DYNAMIC, pl.STATIC], None],
                start: pl.Scalar[pl.DT_INT32], length: pl.Scalar[pl.DT_INT32],
-               H, HV, K, V, C, NL, scale, l2norm, cast_io):
+               H, HV, K, V, C, NL, scale, l2norm, cast_io, IL):
     io = q.dtype
     dt = eye.dtype
     inv = dt
@@ -56,9 +56,9 @@ def _prep_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
                                       pl.MemorySpace.Right, pl.MemorySpace.Acc, pl.MemorySpace.GM)
     NC = pl.ceil_div(length, C)
 
-    ws_prep = pl.make_tile_group(pl.TileType([4 * C, K], dt, GM), depth=1)     # kn qn Rv Rk
-    ws_gram = pl.make_tile_group(pl.TileType([2 * C, C], f32, GM), depth=1)    # KK^T, QK^T
-    ws_e = pl.make_tile_group(pl.TileType([NL * C, C], inv, GM), depth=1)      # X1, E_2 .. E_C/2
+    ws_prep = pl.make_tile_group(pl.TileType([4 * C, K], dt, GM), depth=IL)     # kn qn Rv Rk
+    ws_gram = pl.make_tile_group(pl.TileType([2 * C, C], f32, GM), depth=IL)    # KK^T, QK^T
+    ws_e = pl.make_tile_group(pl.TileType([NL * C, C], inv, GM), depth=IL)      # X1, E_2 .. E_C/2
 
     # cube buffers (planned for C = 64, K = V = 128, 4-byte operands)
     l_eye = pl.make_tile(pl.TileType([C, C], inv, Mat), addr=0x00000)
@@ -68,8 +68,8 @@ def _prep_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
     l_kn = pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x14000)
     l_qn = pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x14000)
     l_knT = pl.make_tile(pl.TileType([K, C], dt, Mat), addr=0x1C000)
-    l_rv = pl.make_tile(pl.TileType([C, V], dt, Mat), addr=0x2C000)
-    l_rk = pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x3C000)
+    l_rv = [pl.make_tile(pl.TileType([C, V], dt, Mat), addr=0x2C000 + 0x20000 * j) for j in range(IL)]
+    l_rk = [pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x3C000 + 0x20000 * j) for j in range(IL)]
     l_es = pl.make_tile_group(pl.TileType([C, C], inv, Mat), addrs=0x6C000, depth=NL - 1)
     a_eye = pl.make_tile(pl.TileType([C, C], inv, Left), addr=0xC000)
     a_kn = pl.make_tile(pl.TileType([C, K], dt, Left), addr=0x0000)
@@ -99,7 +99,7 @@ def _prep_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
     vin = pl.make_tile(pl.TileType([HALF, K], io, Vec), addr=0x14000)
     cc = pl.TileType([HALF, C], f32, Vec)
     gx = pl.make_tile(cc, addr=0x1C000)
-    dec = pl.make_tile(cc, addr=0x1A000)
+    decs = [pl.make_tile(cc, addr=a) for a in (0x1A000, 0x16000)[:IL]]      # per lock-step slot
     aa = pl.make_tile(cc, addr=0x1C000)
     na = pl.make_tile(cc, addr=0x1E000)
     t1 = pl.make_tile(cc, addr=0x20000)
@@ -113,7 +113,7 @@ def _prep_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
     m_merge = pl.make_tile_group(mk, addrs=0x29800, depth=NL)
     col = pl.TileType([HALF, 8], f32, Vec)
     rq = pl.make_tile(col, addr=0x2D000)
-    bc = pl.make_tile(col, addr=0x2D400)
+    bcs = [pl.make_tile(col, addr=a) for a in (0x2D400, 0x2E800)[:IL]]
     gc = pl.make_tile(col, addr=0x2D800)
     eg = pl.make_tile(col, addr=0x2DC00)
     eglg = pl.make_tile(col, addr=0x2E000)
@@ -127,54 +127,162 @@ def _prep_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
     FQ, FK, FT = fq.with_valid(HALF, K), fk.with_valid(HALF, K), ft.with_valid(HALF, K)
     XIN, KIN, VIN = xin.with_valid(HALF, K), kin.with_valid(HALF, K), vin.with_valid(HALF, K)
 
+    def gram(s):
+        """KK^T and QK^T of the normalised keys / queries in workspace slot p -> vectors; Rv, Rk -> L1."""
+        p = ws_prep.next()
+        pl.load(l_kn, p, [0, 0])
+        pl.load(l_knT, p, [0, 0], trans=True)
+        pl.move(a_kn, l_kn)
+        pl.move(b_knT, l_knT)
+        pl.matmul(c_g1, a_kn, b_knT)
+        pl.load(l_qn, p, [C, 0])
+        pl.move(a_qn, l_qn)
+        pl.matmul(c_g2, a_qn, b_knT)
+        gw = ws_gram.next()
+        pl.store(gw, c_g1, [0, 0])
+        pl.store(gw, c_g2, [C, 0])
+        pl.load(l_rv[s], p, [2 * C, 0])
+        pl.load(l_rk[s], p, [3 * C, 0])
+
+    def solve(task, s):
+        """T = (I + A)^-1 (X <- X I + (X E_b) X level by level), U = T Rv and -W = T Rk -> GM."""
+        row = task * C
+        e = ws_e.next()
+        pl.load(l_x, e, [0, 0])
+        for lvl in range(1, NL):
+            pl.load(l_es[lvl - 1], e, [lvl * C, 0])
+        for lvl in range(1, NL):
+            pl.move(a_x, l_x)
+            pl.move(b_e, l_es[lvl - 1])
+            pl.matmul(c_p, a_x, b_e)
+            pl.move(l_p, c_p)
+            pl.move(a_p, l_p)
+            pl.move(b_x, l_x)
+            pl.matmul(c_x, a_eye, b_x)
+            pl.matmul_acc(c_x, a_p, b_x)
+            if lvl < NL - 1:
+                pl.move(l_x, c_x)
+            else:
+                pl.move(l_t, c_x)
+        pl.move(a_t, l_t)
+        pl.move(b_rv, l_rv[s])
+        pl.matmul(c_u, a_t, b_rv)
+        pl.store(u_ws, c_u, [row, 0])
+        pl.move(b_rk, l_rk[s])
+        pl.matmul(c_w, a_t, b_rk)
+        pl.store(w_ws, c_w, [row, 0])
+
+    def prepare(task, s, r0):
+        """Gates and the operands of chunk ``task`` (own rows): kn, qn, Rv, Rk -> workspace, Qg, K~ -> GM;
+        its decay and beta stay in slot s's tiles for pieces()."""
+        dec, bc = decs[s], bcs[s]
+        b = task // (HV * NC)
+        hv = (task // NC) % HV
+        i = task % NC
+        kh = hv // R
+        row = task * C
+        t0 = start + i * C
+        c = pl.min(C, length - i * C)
+        cv = pl.max(1, pl.min(HALF, c - r0))
+        present = c > r0
+        # G = cumsum g (zero padded), G_last, the own rows' G_i, decay = exp(G_i - G_j) for j <= i
+        pl.full(bc, 0.0)
+        pl.full(g_row, 0.0)
+        if cast_io:
+            pl.full(XIN, 0.0)
+            pl.full(KIN, 0.0)
+            pl.full(VIN, 0.0)
+        pl.load(g_row, gT, [b, hv, t0], valid_shape=[1, c])
+        if present:
+            pl.load(bc, beta, [b, t0 + r0, hv], valid_shape=[cv, 1])
+            if cast_io:
+                pl.load(XIN, q, [b, t0 + r0, kh * K], valid_shape=[cv, K])
+                pl.load(KIN, k, [b, t0 + r0, kh * K], valid_shape=[cv, K])
+                pl.load(VIN, v, [b, t0 + r0, hv * V], valid_shape=[cv, V])
+        GR = g_row.with_valid(1, C)
+        pl.cumsum(G_row, GR, dim=1)
+        pl.sum(gl, GR, dim=1)
+        pl.col_expand(gx, G_row)
+        pl.where(t1, m_eye, gx, zero)
+        pl.sum(gc, t1, dim=1)
+        pl.row_expand_sub(t1, gx, gc)
+        pl.mul(t1, t1, -1.0)
+        pl.full(dec, NEG)
+        pl.where(dec, m_causal, t1, dec)
+        pl.exp(dec, dec)
+        pl.exp(eg, gc)
+        pl.col_expand(glc.with_valid(HALF, 1), gl)
+        pl.sub(eglg, glc.with_valid(HALF, 1), gc)
+        pl.exp(eglg, eglg)
+        pl.mul(nbeg, bc.with_valid(HALF, 1), eg)
+        pl.mul(nbeg, nbeg, -1.0)
+        p = ws_prep.next()
+        # queries: qn = scale q / |q| -> workspace, Qg = e^G qn -> GM
+        if cast_io:
+            pl.cast(FQ, XIN)
+        else:
+            fetch_rows(FQ, q, b, t0 + r0, kh * K, present, cv, K)
+        if l2norm:
+            normalize(FQ, FT, rq)
+        pl.mul(FQ, FQ, scale)
+        store_rows(p, C + r0, FQ, xd_g, cast_io)
+        pl.row_expand_mul(FQ, FQ, eg)
+        store_rows(qg_ws, row + r0, FQ, xd_g, cast_io)
+        # keys: kn, Rk = -beta e^G kn -> workspace, K~ = e^{G_last - G} kn -> GM
+        if cast_io:
+            pl.cast(FK, KIN)
+        else:
+            fetch_rows(FK, k, b, t0 + r0, kh * K, present, cv, K)
+        if l2norm:
+            normalize(FK, FT, rq)
+        store_rows(p, r0, FK, xd_g, cast_io)
+        pl.row_expand_mul(FT, FK, eglg)
+        store_rows(kt_ws, row + r0, FT, xd_g, cast_io)
+        pl.row_expand_mul(FT, FK, nbeg)
+        store_rows(p, 3 * C + r0, FT, xd_g, cast_io)
+        # values: Rv = beta v
+        if cast_io:
+            pl.cast(FQ, VIN)
+        else:
+            fetch_rows(FQ, v, b, t0 + r0, hv * V, present, cv, V)
+        pl.row_expand_mul(FQ, FQ, bc.with_valid(HALF, 1))
+        store_rows(p, 2 * C + r0, FQ, xd_g, cast_io)
+
+    def pieces(task, s, r0):
+        """attn = QK^T * decay -> GM; A = beta KK^T * decay (strictly lower); X1 = I - A*M_1, E_b = -A*M_b
+        (own rows) -> workspace."""
+        dec, bc = decs[s], bcs[s]
+        row = task * C
+        gw = ws_gram.next()
+        pl.load(aa, gw, [r0, 0])
+        pl.load(gq, gw, [C + r0, 0])
+        pl.mul(gq, gq, dec)
+        store_cc(attn_ws, row, r0, gq, cinv, cast_io)
+        pl.mul(aa, aa, dec)
+        pl.row_expand_mul(aa, aa, bc.with_valid(HALF, 1))
+        pl.where(aa, m_strict, aa, zero)
+        pl.mul(na, aa, -1.0)
+        e = ws_e.next()
+        pl.where(t1, m_merge[0], na, zero)
+        pl.full(aa, 1.0)
+        pl.where(t1, m_eye, aa, t1)
+        store_cc(e, 0, r0, t1, cinv, cast_io)
+        for lvl in range(1, NL):
+            pl.where(t1, m_merge[lvl], na, zero)
+            store_cc(e, lvl * C, r0, t1, cinv, cast_io)
+
+    # IL chunks per cluster in lock step: the vectors stage chunk b's operands while the cube multiplies
+    # chunk a's Gram matrices, the cube inverts a while the vectors cut b's pieces. A last incomplete
+    # group repeats the last chunk (same values written twice).
+    TOTAL = B * HV * NC
     with pl.section_cube():
         pl.load(l_eye, eye, [0, 0])
         pl.move(a_eye, l_eye)
-        for task in pl.range(pl.get_block_idx(), B * HV * NC, pl.get_block_num()):
-            row = task * C
-            p = ws_prep.next()
-            # KK^T and QK^T of the normalised keys / queries
-            pl.load(l_kn, p, [0, 0])
-            pl.load(l_knT, p, [0, 0], trans=True)
-            pl.move(a_kn, l_kn)
-            pl.move(b_knT, l_knT)
-            pl.matmul(c_g1, a_kn, b_knT)
-            pl.load(l_qn, p, [C, 0])
-            pl.move(a_qn, l_qn)
-            pl.matmul(c_g2, a_qn, b_knT)
-            gw = ws_gram.next()
-            pl.store(gw, c_g1, [0, 0])
-            pl.store(gw, c_g2, [C, 0])
-            pl.load(l_rv, p, [2 * C, 0])
-            pl.load(l_rk, p, [3 * C, 0])
-            # T = (I + A)^-1: X <- X I + (X E_b) X level by level
-            e = ws_e.next()
-            pl.load(l_x, e, [0, 0])
-            for lvl in range(1, NL):
-                pl.load(l_es[lvl - 1], e, [lvl * C, 0])
-            for lvl in range(1, NL):
-                pl.move(a_x, l_x)
-                pl.move(b_e, l_es[lvl - 1])
-                pl.matmul(c_p, a_x, b_e)
-                pl.move(l_p, c_p)
-                pl.move(a_p, l_p)
-                pl.move(b_x, l_x)
-                pl.matmul(c_x, a_eye, b_x)
-                pl.matmul_acc(c_x, a_p, b_x)
-                if lvl < NL - 1:
-                    pl.move(l_x, c_x)
-                else:
-                    pl.move(l_t, c_x)
-            if NL == 1:
-                pl.move(l_t, l_x)
-            pl.move(a_t, l_t)
-            # U = T Rv and -W = T Rk
-            pl.move(b_rv, l_rv)
-            pl.matmul(c_u, a_t, b_rv)
-            pl.store(u_ws, c_u, [row, 0])
-            pl.move(b_rk, l_rk)
-            pl.matmul(c_w, a_t, b_rk)
-            pl.store(w_ws, c_w, [row, 0])
+        for grp in pl.range(pl.get_block_idx(), pl.ceil_div(TOTAL, IL), pl.get_block_num()):
+            for s in range(IL):
+                gram(s)
+            for s in range(IL):
+                solve(pl.min(grp * IL + s, TOTAL - 1), s)
 
     with pl.section_vector():
         sub = pl.get_subblock_idx()
@@ -185,96 +293,11 @@ def _prep_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
         for lvl in range(NL):
             pl.load(m_merge[lvl], masks, [(3 + lvl) * C + r0, 0])
         pl.full(zero, 0.0)
-        for task in pl.range(pl.get_block_idx(), B * HV * NC, pl.get_block_num()):
-            b = task // (HV * NC)
-            hv = (task // NC) % HV
-            i = task % NC
-            kh = hv // R
-            row = task * C
-            t0 = start + i * C
-            c = pl.min(C, length - i * C)
-            cv = pl.max(1, pl.min(HALF, c - r0))
-            present = c > r0
-            # gates: G = cumsum g (zero padded), G_last, the own rows' G_i, decay = exp(G_i - G_j), j <= i
-            pl.full(bc, 0.0)
-            pl.full(g_row, 0.0)
-            if cast_io:
-                pl.full(XIN, 0.0)
-                pl.full(KIN, 0.0)
-                pl.full(VIN, 0.0)
-            pl.load(g_row, gT, [b, hv, t0], valid_shape=[1, c])
-            if present:
-                pl.load(bc, beta, [b, t0 + r0, hv], valid_shape=[cv, 1])
-                if cast_io:
-                    pl.load(XIN, q, [b, t0 + r0, kh * K], valid_shape=[cv, K])
-                    pl.load(KIN, k, [b, t0 + r0, kh * K], valid_shape=[cv, K])
-                    pl.load(VIN, v, [b, t0 + r0, hv * V], valid_shape=[cv, V])
-            GR = g_row.with_valid(1, C)
-            pl.cumsum(G_row, GR, dim=1)
-            pl.sum(gl, GR, dim=1)
-            pl.col_expand(gx, G_row)
-            pl.where(t1, m_eye, gx, zero)
-            pl.sum(gc, t1, dim=1)
-            pl.row_expand_sub(t1, gx, gc)
-            pl.mul(t1, t1, -1.0)
-            pl.full(dec, NEG)
-            pl.where(dec, m_causal, t1, dec)
-            pl.exp(dec, dec)
-            pl.exp(eg, gc)
-            pl.col_expand(glc.with_valid(HALF, 1), gl)
-            pl.sub(eglg, glc.with_valid(HALF, 1), gc)
-            pl.exp(eglg, eglg)
-            pl.mul(nbeg, bc.with_valid(HALF, 1), eg)
-            pl.mul(nbeg, nbeg, -1.0)
-            p = ws_prep.next()
-            # queries: qn = scale q / |q| -> workspace, Qg = e^G qn -> GM
-            if cast_io:
-                pl.cast(FQ, XIN)
-            else:
-                fetch_rows(FQ, q, b, t0 + r0, kh * K, present, cv, K)
-            if l2norm:
-                normalize(FQ, FT, rq)
-            pl.mul(FQ, FQ, scale)
-            store_rows(p, C + r0, FQ, xd_g, cast_io)
-            pl.row_expand_mul(FQ, FQ, eg)
-            store_rows(qg_ws, row + r0, FQ, xd_g, cast_io)
-            # keys: kn, Rk = -beta e^G kn -> workspace, K~ = e^{G_last - G} kn -> GM
-            if cast_io:
-                pl.cast(FK, KIN)
-            else:
-                fetch_rows(FK, k, b, t0 + r0, kh * K, present, cv, K)
-            if l2norm:
-                normalize(FK, FT, rq)
-            store_rows(p, r0, FK, xd_g, cast_io)
-            pl.row_expand_mul(FT, FK, eglg)
-            store_rows(kt_ws, row + r0, FT, xd_g, cast_io)
-            pl.row_expand_mul(FT, FK, nbeg)
-            store_rows(p, 3 * C + r0, FT, xd_g, cast_io)
-            # values: Rv = beta v
-            if cast_io:
-                pl.cast(FQ, VIN)
-            else:
-                fetch_rows(FQ, v, b, t0 + r0, hv * V, present, cv, V)
-            pl.row_expand_mul(FQ, FQ, bc.with_valid(HALF, 1))
-            store_rows(p, 2 * C + r0, FQ, xd_g, cast_io)
-            # attn = QK^T * decay -> GM; A = beta KK^T * decay (strictly lower); X1 = I - A*M_1, E_b = -A*M_b
-            gw = ws_gram.next()
-            pl.load(aa, gw, [r0, 0])
-            pl.load(gq, gw, [C + r0, 0])
-            pl.mul(gq, gq, dec)
-            store_cc(attn_ws, row, r0, gq, cinv, cast_io)
-            pl.mul(aa, aa, dec)
-            pl.row_expand_mul(aa, aa, bc.with_valid(HALF, 1))
-            pl.where(aa, m_strict, aa, zero)
-            pl.mul(na, aa, -1.0)
-            e = ws_e.next()
-            pl.where(t1, m_merge[0], na, zero)
-            pl.full(aa, 1.0)
-            pl.where(t1, m_eye, aa, t1)
-            store_cc(e, 0, r0, t1, cinv, cast_io)
-            for lvl in range(1, NL):
-                pl.where(t1, m_merge[lvl], na, zero)
-                store_cc(e, lvl * C, r0, t1, cinv, cast_io)
+        for grp in pl.range(pl.get_block_idx(), pl.ceil_div(TOTAL, IL), pl.get_block_num()):
+            for s in range(IL):
+                prepare(pl.min(grp * IL + s, TOTAL - 1), s, r0)
+            for s in range(IL):
+                pieces(pl.min(grp * IL + s, TOTAL - 1), s, r0)
 
 
 def _state_body(gT: pl.Tensor[[pl.DYNAMIC, pl.STATIC, pl.DYNAMIC], pl.DT_FP32],
@@ -287,7 +310,7 @@ def _state_body(gT: pl.Tensor[[pl.DYNAMIC, pl.STATIC, pl.DYNAMIC], pl.DT_FP32],
                 state: pl.Tensor[[pl.DYNAMIC, pl.STATIC], pl.DT_FP32],
                 o: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
                 start: pl.Scalar[pl.DT_INT32], length: pl.Scalar[pl.DT_INT32], n0: pl.Scalar[pl.DT_INT32],
-                HV, K, V, C, VB, cast_io):
+                HV, K, V, C, VB, cast_io, IL):
     dt = eye.dtype
     f32 = pl.DT_FP32
     NB = V // VB
@@ -297,98 +320,116 @@ def _state_body(gT: pl.Tensor[[pl.DYNAMIC, pl.STATIC, pl.DYNAMIC], pl.DT_FP32],
                                       pl.MemorySpace.Right, pl.MemorySpace.Acc, pl.MemorySpace.GM)
     NC = pl.ceil_div(length, C)
 
-    ws_s = pl.make_tile_group(pl.TileType([K, VB], dt, GM), depth=1)           # S's columns, operand dtype
-    ws_kd = pl.make_tile_group(pl.TileType([K, VB], f32, GM), depth=1)         # K~^T D
+    ws_s = pl.make_tile_group(pl.TileType([K, VB], dt, GM), depth=IL)          # S's columns, operand dtype
+    ws_kd = pl.make_tile_group(pl.TileType([K, VB], f32, GM), depth=IL)        # K~^T D
 
-    # cube buffers (planned for C = 64, K = 128, VB = 64, 4-byte operands)
+    # cube buffers (planned for C = 64, K = 128, VB = 64, 4-byte operands, IL <= 3)
     l_eye = pl.make_tile(pl.TileType([C, C], dt, Mat), addr=0x00000)
-    l_u = pl.make_tile(pl.TileType([C, VB], dt, Mat), addr=0x04000)
-    l_w = pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x08000)
-    l_s = pl.make_tile(pl.TileType([K, VB], dt, Mat), addr=0x10000)
-    l_qg = pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x18000)
-    l_d = pl.make_tile(pl.TileType([C, VB], dt, Mat), addr=0x20000)
-    l_attn = pl.make_tile(pl.TileType([C, C], dt, Mat), addr=0x24000)
-    l_kt = pl.make_tile(pl.TileType([K, C], dt, Mat), addr=0x28000)
+    l_s = pl.make_tile(pl.TileType([K, VB], dt, Mat), addr=0x04000)
+    l_d = pl.make_tile(pl.TileType([C, VB], dt, Mat), addr=0x0C000)
+    SLOT = 0x20000                                                              # per chain: u w qg attn kt
+    l_u = [pl.make_tile(pl.TileType([C, VB], dt, Mat), addr=0x20000 + SLOT * j) for j in range(IL)]
+    l_w = [pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x24000 + SLOT * j) for j in range(IL)]
+    l_qg = [pl.make_tile(pl.TileType([C, K], dt, Mat), addr=0x2C000 + SLOT * j) for j in range(IL)]
+    l_attn = [pl.make_tile(pl.TileType([C, C], dt, Mat), addr=0x34000 + SLOT * j) for j in range(IL)]
+    l_kt = [pl.make_tile(pl.TileType([K, C], dt, Mat), addr=0x38000 + SLOT * j) for j in range(IL)]
     a_eye = pl.make_tile(pl.TileType([C, C], dt, Left), addr=0xC000)           # resident
-    a_w = pl.make_tile(pl.TileType([C, K], dt, Left), addr=0x0000)
-    a_qg = pl.make_tile(pl.TileType([C, K], dt, Left), addr=0x0000)
-    a_attn = pl.make_tile(pl.TileType([C, C], dt, Left), addr=0x0000)
-    a_kt = pl.make_tile(pl.TileType([K, C], dt, Left), addr=0x0000)
-    b_u = pl.make_tile(pl.TileType([C, VB], dt, Right), addr=0x0000)
-    b_s = pl.make_tile(pl.TileType([K, VB], dt, Right), addr=0x4000)
-    b_d = pl.make_tile(pl.TileType([C, VB], dt, Right), addr=0xC000)
-    c_d = pl.make_tile(pl.TileType([C, VB], f32, Acc), addr=0x00000)
-    c_o = pl.make_tile(pl.TileType([C, VB], f32, Acc), addr=0x04000)
-    c_kd = pl.make_tile(pl.TileType([K, VB], f32, Acc), addr=0x08000)
+    # L0 operands in two sets (chains alternate) where they fit: L0C always, L0A / L0B for 2-byte operands
+    two = 1 if dt == f32 else 2
+    a_w = [pl.make_tile(pl.TileType([C, K], dt, Left), addr=0x4000 * j) for j in range(two)]
+    a_qg = [pl.make_tile(pl.TileType([C, K], dt, Left), addr=0x4000 * j) for j in range(two)]
+    a_attn = [pl.make_tile(pl.TileType([C, C], dt, Left), addr=0x4000 * j) for j in range(two)]
+    a_kt = [pl.make_tile(pl.TileType([K, C], dt, Left), addr=0x4000 * j) for j in range(two)]
+    b_u = [pl.make_tile(pl.TileType([C, VB], dt, Right), addr=0x0000 + 0x8000 * j) for j in range(two)]
+    b_s = [pl.make_tile(pl.TileType([K, VB], dt, Right), addr=(0x4000 if two == 1 else 0x2000) + 0x8000 * j)
+           for j in range(two)]
+    b_d = [pl.make_tile(pl.TileType([C, VB], dt, Right), addr=(0xC000 if two == 1 else 0x6000) + 0x8000 * j)
+           for j in range(two)]
+    c_d = [pl.make_tile(pl.TileType([C, VB], f32, Acc), addr=0x00000 + 0x10000 * j) for j in range(2)]
+    c_o = [pl.make_tile(pl.TileType([C, VB], f32, Acc), addr=0x04000 + 0x10000 * j) for j in range(2)]
+    c_kd = [pl.make_tile(pl.TileType([K, VB], f32, Acc), addr=0x08000 + 0x10000 * j) for j in range(2)]
 
     # vector buffers (per vector core: VB / 2 of the block's columns)
-    s = pl.make_tile(pl.TileType([K, VH], f32, Vec), addr=0x00000)
-    kd = pl.make_tile(pl.TileType([K, VH], f32, Vec), addr=0x04000)
-    sd = pl.make_tile(pl.TileType([K, VH], dt, Vec), addr=0x08000)
-    g_row = pl.make_tile(pl.TileType([1, C], f32, Vec), addr=0x0C000)
-    gl = pl.make_tile(pl.TileType([1, 8], f32, Vec), addr=0x0C100)
-    egl = pl.make_tile(pl.TileType([K, 8], f32, Vec), addr=0x0D000)
+    ss = [pl.make_tile(pl.TileType([K, VH], f32, Vec), addr=0x4000 * j) for j in range(IL)]   # IL <= 4
+    kd = pl.make_tile(pl.TileType([K, VH], f32, Vec), addr=0x10000)
+    sd = pl.make_tile(pl.TileType([K, VH], dt, Vec), addr=0x14000)
+    g_row = pl.make_tile(pl.TileType([1, C], f32, Vec), addr=0x18000)
+    gl = pl.make_tile(pl.TileType([1, 8], f32, Vec), addr=0x18100)
+    egl = pl.make_tile(pl.TileType([K, 8], f32, Vec), addr=0x19000)
     EGL = egl.with_valid(K, 1)
+
+    # IL state chains (column blocks) per cluster in lock step: the cube multiplies chain b while the
+    # vectors update chain a's state. A last incomplete group repeats the last chain (same values twice).
+    NBL = B * HV * NB
+
+    def chain(task, j):
+        bl = pl.min(task * IL + j, NBL - 1)
+        return bl // (HV * NB), (bl // NB) % HV, (bl % NB) * VB
 
     with pl.section_cube():
         pl.load(l_eye, eye, [0, 0])
         pl.move(a_eye, l_eye)
-        for task in pl.range(pl.get_block_idx(), B * HV * NB, pl.get_block_num()):
-            b = task // (HV * NB)
-            hv = (task // NB) % HV
-            c0 = (task % NB) * VB
+        for task in pl.range(pl.get_block_idx(), pl.ceil_div(NBL, IL), pl.get_block_num()):
             for i in pl.range(0, NC):
-                row = ((b * HV + hv) * NC + i) * C
                 t0 = start + i * C
                 c = pl.min(C, length - i * C)
-                # D = U - W S (U as I U into the accumulator)
-                pl.load(l_u, u_ws, [row, c0])
-                pl.move(b_u, l_u)
-                pl.matmul(c_d, a_eye, b_u)
-                pl.load(l_w, w_ws, [row, 0])
-                pl.move(a_w, l_w)
-                pl.load(l_s, ws_s.next(), [0, 0])
-                pl.move(b_s, l_s)
-                pl.matmul_acc(c_d, a_w, b_s)
-                # O = Qg S + attn D, K~^T D
-                pl.load(l_qg, qg_ws, [row, 0])
-                pl.move(a_qg, l_qg)
-                pl.matmul(c_o, a_qg, b_s)
-                pl.move(l_d, c_d)
-                pl.move(b_d, l_d)
-                pl.load(l_attn, attn_ws, [row, 0])
-                pl.move(a_attn, l_attn)
-                pl.matmul_acc(c_o, a_attn, b_d)
-                pl.load(l_kt, kt_ws, [row, 0], trans=True)
-                pl.move(a_kt, l_kt)
-                pl.matmul(c_kd, a_kt, b_d)
-                pl.store(o, c_o, [b, t0, hv * V + c0], valid_shape=[c, VB])
-                pl.store(ws_kd.next(), c_kd, [0, 0])
-            pl.load(l_s, ws_s.next(), [0, 0])       # the state after the last chunk (handed over, unused)
+                for j in range(IL):
+                    b, hv, c0 = chain(task, j)
+                    row = ((b * HV + hv) * NC + i) * C
+                    pl.load(l_u[j], u_ws, [row, c0])
+                    pl.load(l_w[j], w_ws, [row, 0])
+                    pl.load(l_qg[j], qg_ws, [row, 0])
+                    pl.load(l_attn[j], attn_ws, [row, 0])
+                    pl.load(l_kt[j], kt_ws, [row, 0], trans=True)
+                for j in range(IL):
+                    b, hv, c0 = chain(task, j)
+                    # D = U - W S (U as I U into the accumulator)
+                    x, y = j % two, j % 2
+                    pl.move(b_u[x], l_u[j])
+                    pl.matmul(c_d[y], a_eye, b_u[x])
+                    pl.move(a_w[x], l_w[j])
+                    pl.load(l_s, ws_s.next(), [0, 0])
+                    pl.move(b_s[x], l_s)
+                    pl.matmul_acc(c_d[y], a_w[x], b_s[x])
+                    # O = Qg S + attn D, K~^T D
+                    pl.move(a_qg[x], l_qg[j])
+                    pl.matmul(c_o[y], a_qg[x], b_s[x])
+                    pl.move(l_d, c_d[y])
+                    pl.move(b_d[x], l_d)
+                    pl.move(a_attn[x], l_attn[j])
+                    pl.matmul_acc(c_o[y], a_attn[x], b_d[x])
+                    pl.move(a_kt[x], l_kt[j])
+                    pl.matmul(c_kd[y], a_kt[x], b_d[x])
+                    pl.store(o, c_o[y], [b, t0, hv * V + c0], valid_shape=[c, VB])
+                    pl.store(ws_kd.next(), c_kd[y], [0, 0])
+            for j in range(IL):
+                pl.load(l_s, ws_s.next(), [0, 0])       # the state after the last chunk (handed over, unused)
 
     with pl.section_vector():
         sub = pl.get_subblock_idx()
-        for task in pl.range(pl.get_block_idx(), B * HV * NB, pl.get_block_num()):
-            b = task // (HV * NB)
-            hv = (task // NB) % HV
-            c0 = (task % NB) * VB
-            srow = ((n0 + b) * HV + hv) * K
-            pl.load(s, state, [srow, c0 + sub * VH])
-            store_state(ws_s.next(), s, sd, sub * VH, cast_io)
+        for task in pl.range(pl.get_block_idx(), pl.ceil_div(NBL, IL), pl.get_block_num()):
+            for j in range(IL):
+                b, hv, c0 = chain(task, j)
+                pl.load(ss[j], state, [((n0 + b) * HV + hv) * K, c0 + sub * VH])
+                store_state(ws_s.next(), ss[j], sd, sub * VH, cast_io)
             for i in pl.range(0, NC):
                 t0 = start + i * C
                 c = pl.min(C, length - i * C)
-                # S <- e^{G_last} S + K~^T D
-                pl.full(g_row, 0.0)
-                pl.load(g_row, gT, [b, hv, t0], valid_shape=[1, c])
-                pl.sum(gl, g_row.with_valid(1, C), dim=1)
-                pl.load(kd, ws_kd.next(), [0, sub * VH])
-                pl.col_expand(EGL, gl)
-                pl.exp(EGL, EGL)
-                pl.row_expand_mul(s, s, EGL)
-                pl.add(s, s, kd)
-                store_state(ws_s.next(), s, sd, sub * VH, cast_io)
-            pl.store(state, s, [srow, c0 + sub * VH])
+                for j in range(IL):
+                    b, hv, c0 = chain(task, j)
+                    # S <- e^{G_last} S + K~^T D
+                    pl.full(g_row, 0.0)
+                    pl.load(g_row, gT, [b, hv, t0], valid_shape=[1, c])
+                    pl.sum(gl, g_row.with_valid(1, C), dim=1)
+                    pl.col_expand(EGL, gl)
+                    pl.exp(EGL, EGL)
+                    pl.load(kd, ws_kd.next(), [0, sub * VH])
+                    pl.row_expand_mul(ss[j], ss[j], EGL)
+                    pl.add(ss[j], ss[j], kd)
+                    store_state(ws_s.next(), ss[j], sd, sub * VH, cast_io)
+            for j in range(IL):
+                b, hv, c0 = chain(task, j)
+                pl.store(state, ss[j], [((n0 + b) * HV + hv) * K, c0 + sub * VH])
 
 
 def store_state(ws, s, stage, c0, cast_io):
@@ -404,6 +445,8 @@ def store_state(ws, s, stage, c0, cast_io):
 # ----------------------------------------------------------------------------------------------
 
 _kernels: dict = {}
+STATE_IL = 3           # most state chains per cluster in lock step (L1 room for 3)
+PREP_IL = 2            # chunks per cluster in lock step in the preparation (L1 / UB room for 2)
 
 
 def kernels(backend: str | None = None, **options):
@@ -435,7 +478,8 @@ def workspaces(rows: int, K: int, V: int, C: int, dtype):
 
 def chunk_gated_delta_rule_phases(q, k, v, g, beta, *, scale: float, state: torch.Tensor, o: torch.Tensor,
                                   sequences, use_qk_l2norm: bool, chunk_size: int, operand_dtype=None,
-                                  backend=None, jit_options=None, v_block=None):
+                                  backend=None, jit_options=None, v_block=None,
+                                  state_il=None):
     """The phased kernels, with the arguments of pro_kernels.chunk_gated_delta_rule_pro. Returns the last
     launch's report of the state phase (sim)."""
     B, T, H, K = q.shape
@@ -443,7 +487,7 @@ def chunk_gated_delta_rule_phases(q, k, v, g, beta, *, scale: float, state: torc
     C = chunk_size
     VB = v_block or v_block_for(V)
     why = supports(q, k, v, C)
-    if why is None and (V % VB or VB % 16):
+    if why is None and (V % VB or VB % 16 or (state_il and state_il > STATE_IL)):
         why = f"V ({V}) is not a multiple of the column block v_block={VB} (a multiple of 16)"
     if why is not None:
         _fail(f"the phased GDN prefill does not support this call: {why}")
@@ -462,9 +506,11 @@ def chunk_gated_delta_rule_phases(q, k, v, g, beta, *, scale: float, state: torc
     for n0, st, ln, rows in runs:
         NC = -(-ln // C)
         ws = workspaces(rows * HV * NC * C, K, V, C, inv)
-        prep[None, block_dim_for(rows * HV * NC, prep.machine)](
+        prep[None, block_dim_for(-(-rows * HV * NC // PREP_IL), prep.machine)](
             q3, k3, v3, gT, bf, masks, eye, *ws, st, ln, H=H, HV=HV, K=K, V=V, C=C, NL=int(math.log2(C)),
-            scale=float(scale), l2norm=bool(use_qk_l2norm), cast_io=cast_io)
-        report = rec[None, block_dim_for(rows * HV * (V // VB), rec.machine)](
-            gT, eye, *ws, s2, o3, st, ln, n0, HV=HV, K=K, V=V, C=C, VB=VB, cast_io=cast_io)
+            scale=float(scale), l2norm=bool(use_qk_l2norm), cast_io=cast_io, IL=PREP_IL)
+        chains = rows * HV * (V // VB)
+        il = state_il or max(1, min(STATE_IL, -(-chains // rec.machine.cores["aic"])))
+        report = rec[None, block_dim_for(-(-chains // il), rec.machine)](
+            gT, eye, *ws, s2, o3, st, ln, n0, HV=HV, K=K, V=V, C=C, VB=VB, cast_io=cast_io, IL=il)
     return report
