@@ -19,8 +19,10 @@ are row gathers / a row scatter by indexed DMA (MGATHER / MSCATTER, pypto/passes
 row's rank inside its expert a blocked prefix scan (moe.dispatch_plan), both linear in the tokens. Each
 part also lists its longest kernels (span on the timeline, what bound each: Report.decisions).
 
-What bounds the block (default sizes, a2a3): the grouped SwiGLU, 1084 us of the block's 1618 us (0.350 of
-the roofline; a5 1819 us, 0.234), whose 192 chunk tasks keep the AICs 73% busy; after it, in series, the
+What bounds the block (default sizes, a2a3): the grouped SwiGLU, 812 us of the block's 1321 us (0.429 of
+the roofline; a5 1025 us, 0.415), whose 192 chunk tasks keep the AICs 99% busy (the experts overlap: their
+gate_up / silu workspaces have copies, passes/multibuffer.py), the cube pipe 73% (matmul_1, K 2048, MTE2-bound
+at its 128 x 256 x 64 tiles); after it, in series, the
 unpermute with the weighted sum over the k slots (one kernel, ~112 us, reading the N k routed rows from
 HBM); the dispatch program takes ~200 us (router, top-k, the permuted tokens' row gather ~65 us, MTE3).
 
