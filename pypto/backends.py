@@ -58,6 +58,8 @@ class Compiled:
             self.constants = {name: b.data for name, b in self.program.buffers.items()
                               if b.role == "constant" and b.data is not None}
         args.update({name: t for name, t in self.constants.items() if name not in args})
+        known = self._known_sources(inputs, env)
+        args.update(known)
         try:
             outs, report = runtime.run(self.program, args, env, **_run_options(self.options))
         except IndexOutOfRangeError as e:
@@ -70,7 +72,25 @@ class Compiled:
             from .runtime.index_bounds import check_counts
             check_counts(checked, outs, env)
         counts = {name for name, _ in checked}
+        if known and report is not None:
+            report.notes.append(f"timing-only: the computed tensors the control program reads "
+                                f"({', '.join(sorted(known))}) were computed by the reference interpreter")
         return [outs[name] for name in self.program.outputs if name not in counts], report
+
+    def _known_sources(self, inputs, env) -> dict:
+        """A timing-only sim run computes no data: the computed tensors its control program reads
+        (pypto.item, ScalarRead.source) by the reference interpreter, by output buffer name (an argument's
+        new value stays unknown: that read is an error at its line)."""
+        import os
+        reads = getattr(self.program, "scalar_reads", None) or {}
+        timing = self.options.get("timing_only") or os.environ.get("PYPTO_TIMING_ONLY", "") not in ("", "0")
+        sources = {r.source for r in reads.values() if r.source is not None}
+        if not (timing and sources and self.backend == "sim"):
+            return {}
+        from .runtime.reference import run_graph
+        values = run_graph(self.graph, inputs, env)
+        names = self.program.outputs
+        return {names[k]: values[k].contiguous() for k in sorted(sources) if names[k] not in self.program.inputs}
 
 
 def _run_options(options: dict) -> dict:

@@ -145,14 +145,32 @@ def test_reference_backend_reads_the_computed_value():
 
 
 # ------------------------------------------------------------------------------------------ errors
-def test_timing_only_names_the_read():
+def test_timing_only_reads_the_reference_values():
+    """A timing-only sim run computes no data: the computed tensors it reads come from the reference
+    interpreter (the report says so), and the trip count they give shows in the tasks run."""
     def body(flags, x, out):
         n = pypto.item(pypto.sum(flags, dim=0, keepdim=True), 0)
         for i in pypto.loop(n):
             out[i:i + 1, :] = pypto.view(x, [1, 64], [i, 0])
     f = pypto.jit(body, backend="sim", timing_only=True)
+    tasks = []
+    for n in (2, 5, 0):
+        f(torch.tensor([1] * n + [0] * (8 - n), dtype=torch.int32), torch.randn(8, 64), torch.zeros(8, 64))
+        r = pypto.last_report()
+        assert r.timing_only and any("computed by the reference interpreter" in m for m in r.notes), r.notes
+        tasks.append(r.tasks)
+    assert tasks[0] - tasks[2] == 2 and tasks[1] - tasks[2] == 5          # one task per row read
+
+
+def test_timing_only_names_a_read_it_cannot_know():
+    """An argument's new value read in a timing-only run: no data, and the old data would be wrong."""
+    def body(lens, x, out):
+        lens[0:1] = pypto.sum(lens, dim=0, keepdim=True)
+        for i in pypto.loop(pypto.item(lens, 0)):
+            out[i:i + 1, :] = pypto.view(x, [1, 64], [i, 0])
+    f = pypto.jit(body, backend="sim", timing_only=True)
     with pytest.raises(PyptoError, match="timing-only run computes no data") as e:
-        f(torch.ones(4, dtype=torch.int32), torch.randn(4, 64), torch.zeros(4, 64))
+        f(torch.ones(2, dtype=torch.int32), torch.randn(4, 64), torch.zeros(4, 64))
     assert e.value.loc.line == line_of(body, "pypto.item(")
 
 

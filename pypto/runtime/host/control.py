@@ -288,6 +288,9 @@ def _data_of(bufs, name, env):
     arg = getattr(bufs, "args", {}).get(name)
     if arg is None and name in bufs.shapes and not bufs.timing_only:
         return bufs.get(name, env)
+    if bufs.timing_only and any(r.buffer == name and r.source is not None for r in bufs.graph.scalar_reads.values()) \
+            and bufs.graph.buffers[name].role == "input":
+        return None             # an argument's new value: its old data would be a silent wrong read
     return arg
 
 
