@@ -6,7 +6,9 @@
 
 (a) chunk_gated_delta_rule, timing-only simulation of the a2a3 machine at B=1, T=8192 and 32768,
     H=16, HV=32, K=V=128, bf16: simulated time vs the roofline bound, for the Professional-mode
-    kernel (impl="pro") and the Tensor-level kernels (impl="tensor", at T=1024 only: slow to simulate), where
+    kernel (impl="pro"), the phased kernels of prefill_kernels.py (chunk-parallel preparation, then the state
+    recurrence over V column blocks; also at 16 sequences x 4096 varlen, one state per sequence in the
+    bytes) and the Tensor-level kernels (impl="tensor", at T=1024 only: slow to simulate), where
         FLOPs = T * HV * (10 * C * K + 6 * K * V)        (C = chunk size; the algorithm's useful work)
         bytes = q, k, v, g, beta read + o written + final state written (once each)
         bound = max(FLOPs / cube peak (bf16), bytes / HBM bandwidth)
@@ -45,7 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pypto  # noqa: E402
 from models.qwen3_next import Qwen3NextGatedDeltaNet, Qwen3NextGDNConfig  # noqa: E402
-from models.qwen3_next import GDNCache, decode_kernel, pro_kernels  # noqa: E402
+from models.qwen3_next import GDNCache, decode_kernel, prefill_kernels, pro_kernels  # noqa: E402
 from models.qwen3_next.functional import chunk_gated_delta_rule, kernel_function  # noqa: E402
 from models.qwen3_next.reference import chunk_gated_delta_rule_ref  # noqa: E402
 from pypto.runtime import plots  # noqa: E402
@@ -62,9 +64,9 @@ def gdn_inputs(B, T, H, HV, K, V, dtype, random=True):
     return q, k, v, g, beta
 
 
-def roofline(T, H, HV, K, V, C, machine, act_bytes=2):
+def roofline(T, H, HV, K, V, C, machine, act_bytes=2, sequences=1):
     flops = T * HV * (10 * C * K + 6 * K * V)
-    nbytes = (2 * T * H * K + 2 * T * HV * V) * act_bytes + 2 * T * HV * 4 + HV * K * V * 4
+    nbytes = (2 * T * H * K + 2 * T * HV * V) * act_bytes + 2 * T * HV * 4 + sequences * HV * K * V * 4
     t_flops = flops / machine.peak_cube_flops("bfloat16")
     t_bytes = nbytes / machine.memory["hbm_bytes_per_s"]
     return flops, nbytes, max(t_flops, t_bytes) * 1e6, "cube" if t_flops >= t_bytes else "hbm"
@@ -113,6 +115,8 @@ def bench_sim(lengths, C=64, tensor_lengths=(1024,), png=None):
         if impl in failures:
             row += ["unavailable", "-", "-"]
         table.add_row(*row)
+    for T, N in [(T, 1) for T in lengths] + [(4096, 16)]:
+        table.add_row(*_phases_row(T, N, C, machine, options))
     console.print(table)
     if png and points:
         plots.roofline_chart(points, machine, png, title="bench_gdn: chunk_gated_delta_rule on simulated a2a3 "
@@ -122,6 +126,30 @@ def bench_sim(lengths, C=64, tensor_lengths=(1024,), png=None):
                       f"(T = 8192 takes over ten minutes); compare fractions, not times[/yellow]")
     for impl, text in failures.items():
         console.print(f"[yellow]{impl}: sim timing-only run not available:[/yellow] {text}")
+
+
+def _phases_row(T, N, C, machine, options):
+    """The phased kernels (prefill_kernels.py: chunk-parallel preparation, then the state recurrence over V
+    column blocks), N sequences of T tokens each (varlen, cu_seqlens, when N > 1): simulated time = the sum
+    of every launch (two per sequence, launched one after another by the host)."""
+    flops, nbytes, bound_us, by = roofline(N * T, 16, 32, 128, 128, C, machine, sequences=N)
+    name = "phases" if N == 1 else f"phases {N}x{T} varlen"
+    row = [name, str(N * T), "fp16", f"{flops / 1e9:.1f}", f"{nbytes / 1e6:.0f}", f"{bound_us:.1f}", by]
+    try:
+        q, k, v, g, beta = gdn_inputs(1, N * T, 16, 32, 128, 128, torch.bfloat16, random=False)
+        state, o = torch.zeros(N, 32, 128, 128), torch.zeros_like(v)
+        seqs = None if N == 1 else [(n, n * T, T) for n in range(N)]
+        t0 = time.perf_counter()
+        reports = prefill_kernels.chunk_gated_delta_rule_phases(
+            q, k, v, g, beta, scale=128 ** -0.5, state=state, o=o, sequences=seqs, use_qk_l2norm=True,
+            chunk_size=C, backend="sim", jit_options=options)
+        wall = time.perf_counter() - t0
+        sim_us = sum(r.time_us for pair in reports for r in pair)
+        prep_us = sum(p.time_us for p, _ in reports)
+        row += [f"{sim_us:.1f} (prep {prep_us:.1f})", f"{bound_us / sim_us:.4f}", f"{wall:.1f}"]
+    except Exception as e:  # noqa: BLE001 - the table says why
+        row += ["unavailable", "-", why(e)]
+    return row
 
 
 # ----------------------------------------------------------------------------------------------

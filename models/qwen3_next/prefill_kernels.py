@@ -17,6 +17,15 @@ phase 2 where S is on chip (not a third phase: q S_{chunk start} would need ever
 Matmul operands and accumulation as in pro_kernels (fp32 for fp32 inputs; fp16 operands, fp32 accumulation
 and state for 16-bit ones). Supported: K == V a multiple of 16 up to 128, chunk a power of two in 8..64
 (``pro_kernels.supports``), V a multiple of the column block.
+
+Lock step instead of a pipeline: the preparation takes 2 chunks per cluster at a time (the vectors stage one
+while the cube multiplies the other), the state phase up to 3 chains (L0C, and L0A / L0B for 2-byte
+operands, in two sets alternating between chains). Measured (bench_gdn (a), a2a3 timing-only, H=16, HV=32,
+K=V=128, bf16): T=8192 1183.5 us (prep 767.5, state 416.0) = 0.122 of the 144.7 us bound; 16 x 4096 varlen
+9131.5 us = 0.128. Both phases are still latency bound (AIC / AIV pipes 20-45% busy): the preparation's
+four cube <-> vector GM hand-overs per chunk with only 2 chunks in flight, and its vector work (V 47%);
+the state phase's two hand-overs per chunk and its 80 KB of operand loads per chain and chunk.
+Varlen sequences are launched one after another by the host (two launches each).
 """
 
 import math
@@ -470,18 +479,32 @@ def block_dim_for(tasks: int, machine) -> int:
     return max(1, min(tasks, machine.cores["aic"]))
 
 
-def workspaces(rows: int, K: int, V: int, C: int, dtype):
-    """GM hand-overs between the phases, [rows, .] in the operand dtype: U, -W, Qg, K~, attn."""
-    z = lambda n: torch.empty(rows, n, dtype=dtype)  # noqa: E731
-    return z(V), z(K), z(K), z(K), z(C)
+def launch(prep, rec, q3, k3, v3, gT, beta, state2, o3, start, length, n0, rows, *, H, HV, K, V, C, VB, scale,
+           l2norm, cast_io, state_il, workspace, eye, machine=None):
+    """One sequence (or ``rows`` batch rows from ``start`` for ``length`` tokens): the preparation, then the
+    state phase, meeting in the GM hand-overs ``workspace(rows, cols)`` makes (torch tensors on the host,
+    pypto tensors inside a traced function, where the two launches are two nodes of one program):
+    U, -W, Qg, K~, attn, [rows * HV * chunks * C, .] in the operand dtype (eye's)."""
+    machine = machine or prep.machine
+    NC = -(-length // C)
+    n = rows * HV * NC * C
+    ws = (workspace(n, V), workspace(n, K), workspace(n, K), workspace(n, K), workspace(n, C))
+    groups = -(-rows * HV * NC // PREP_IL) if isinstance(NC, int) else machine.cores["aic"]   # traced: T dynamic
+    prep[None, block_dim_for(groups, machine)](
+        q3, k3, v3, gT, beta, merge_masks(C), eye, *ws, start, length, H=H, HV=HV, K=K, V=V, C=C,
+        NL=int(math.log2(C)), scale=float(scale), l2norm=bool(l2norm), cast_io=cast_io, IL=PREP_IL)
+    chains = rows * HV * (V // VB)
+    il = state_il or max(1, min(STATE_IL, -(-chains // machine.cores["aic"])))
+    rec[None, block_dim_for(-(-chains // il), machine)](
+        gT, eye, *ws, state2, o3, start, length, n0, HV=HV, K=K, V=V, C=C, VB=VB, cast_io=cast_io, IL=il)
 
 
 def chunk_gated_delta_rule_phases(q, k, v, g, beta, *, scale: float, state: torch.Tensor, o: torch.Tensor,
                                   sequences, use_qk_l2norm: bool, chunk_size: int, operand_dtype=None,
                                   backend=None, jit_options=None, v_block=None,
                                   state_il=None):
-    """The phased kernels, with the arguments of pro_kernels.chunk_gated_delta_rule_pro. Returns the last
-    launch's report of the state phase (sim)."""
+    """The phased kernels, with the arguments of pro_kernels.chunk_gated_delta_rule_pro. Returns every
+    launch's (prep, state) reports (sim; one pair per sequence of ``sequences``)."""
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     C = chunk_size
@@ -497,20 +520,13 @@ def chunk_gated_delta_rule_phases(q, k, v, g, beta, *, scale: float, state: torc
     v3, o3 = v.contiguous().reshape(B, T, HV * V), o.view(B, T, HV * V)
     gT = g.float().permute(0, 2, 1).contiguous()
     bf = beta.float().contiguous()
-    masks = merge_masks(C)
     eye = torch.eye(C, dtype=inv)
     s2 = state.view(-1, V)
-    cast_io = q.dtype != torch.float32
     runs = [(0, 0, T, B)] if sequences is None else [(row, st, ln, 1) for row, st, ln in sequences if ln > 0]
-    report = None
+    reports = []
     for n0, st, ln, rows in runs:
-        NC = -(-ln // C)
-        ws = workspaces(rows * HV * NC * C, K, V, C, inv)
-        prep[None, block_dim_for(-(-rows * HV * NC // PREP_IL), prep.machine)](
-            q3, k3, v3, gT, bf, masks, eye, *ws, st, ln, H=H, HV=HV, K=K, V=V, C=C, NL=int(math.log2(C)),
-            scale=float(scale), l2norm=bool(use_qk_l2norm), cast_io=cast_io, IL=PREP_IL)
-        chains = rows * HV * (V // VB)
-        il = state_il or max(1, min(STATE_IL, -(-chains // rec.machine.cores["aic"])))
-        report = rec[None, block_dim_for(-(-chains // il), rec.machine)](
-            gT, eye, *ws, s2, o3, st, ln, n0, HV=HV, K=K, V=V, C=C, VB=VB, cast_io=cast_io, IL=il)
-    return report
+        launch(prep, rec, q3, k3, v3, gT, bf, s2, o3, st, ln, n0, rows, H=H, HV=HV, K=K, V=V, C=C, VB=VB,
+               scale=scale, l2norm=use_qk_l2norm, cast_io=q.dtype != torch.float32, state_il=state_il,
+               workspace=lambda r, n: torch.empty(r, n, dtype=inv), eye=eye)
+        reports.append((prep.last_report, rec.last_report))
+    return reports
