@@ -108,6 +108,17 @@ def _ping_pong(block: Block, made: dict, regions: dict) -> None:
     block.tiles.sort(key=key)
 
 
+def _fits_twice(p: TileProgram, machine) -> bool:
+    """Whether a second copy of every per-tile tile fits beside the first in each space (summed, no reuse:
+    conservative). A one-step matmul's L0C accumulator of 128 x 256 fp32 fills L0C: it runs single-buffered."""
+    need: dict = {}
+    for tv in p.tiles.values():
+        copies = 1 if tv.phase == "setup" else 2
+        key = tv.space.capacity_key
+        need[key] = need.get(key, 0) + copies * tv.dtype.itemsize * tv.shape[0] * tv.shape[1]
+    return all(n <= machine.capacity[k] for k, n in need.items())
+
+
 def lower_program(p: TileProgram, machine, core: CoreType = CoreType.AIV):
     """-> (Kernel, block_dim expr, regions {tile: region}) for one tile program."""
     par = p.parallel_axes()
@@ -119,7 +130,7 @@ def lower_program(p: TileProgram, machine, core: CoreType = CoreType.AIV):
     # a program whose smallest tiles leave no room for a second copy runs single-buffered
     double = p.attrs.get("pingpong", True)
     # a sequential axis of one step (a matmul whose K fits one tile) runs inline: the tile loop ping-pongs
-    seq_once = seq is not None and isinstance(seq.count, int) and seq.count == 1
+    seq_once = seq is not None and isinstance(seq.count, int) and seq.count == 1 and _fits_twice(p, machine)
     pingpong_outer = double and (seq is None or seq_once) and not one_each
     pingpong_inner = double and seq is not None and not seq_once
 

@@ -59,3 +59,19 @@ def test_one_step_k_matmul_ping_pongs_its_tiles(batch, dtype, tol):
     steps = -(-64 // d["tile"]["k"])
     if steps == 1 and batch > pypto.load_machine("a2a3").num_aic:
         assert d["pipelining"] == 2, d
+
+
+def wide_projection(x: pypto.Tensor[[pypto.DYNAMIC, 64], pypto.bfloat16], w: pypto.Tensor[[256, 64], pypto.bfloat16]):
+    import pypto.nn.functional as F
+    return F.linear(x, w)
+
+
+@pytest.mark.parametrize("T", [1, 200])
+def test_one_step_k_whose_accumulator_fills_l0c_runs_single_buffered(T):
+    """K = 64 is one step; a 128 x 256 fp32 accumulator (bf16 operands) is all of a2a3's L0C, so a second copy does not
+    fit: the tile loop stays single-buffered instead of failing in the memory planner (GDN decode's
+    projections hit this)."""
+    f = pypto.jit(wide_projection, backend="sim", machine="a2a3")
+    g = torch.Generator().manual_seed(T)
+    x, w = torch.randn(T, 64, generator=g).bfloat16(), torch.randn(256, 64, generator=g).bfloat16()
+    torch.testing.assert_close(f(x, w).float(), (x.float() @ w.float().T).bfloat16().float(), rtol=1e-2, atol=1e-2)
