@@ -26,7 +26,8 @@ pytestmark = pytest.mark.skipif(not ROOT or not (Path(ROOT) / "examples" / "00_h
                                 reason="set CANN_PYPTO_ROOT to a checkout of hicann/pypto")
 RUNNER = Path(__file__).with_name("cann_runner.py")
 
-# script -> (cases to run (None: all its cases), cases that fail today with why, slow)
+# script -> (cases to run (None: all its cases), cases that fail today -> a text their error must hold (any
+# other failure of theirs fails the test), slow)
 EXAMPLES = {
     "examples/00_hello_world/hello_world.py": (None, {}, False),
     "examples/01_beginner/basic/basic_ops.py": (None, {}, False),
@@ -36,7 +37,15 @@ EXAMPLES = {
     "examples/01_beginner/tiling/tiling_config.py": (None, {}, False),
     "examples/01_beginner/transform/add_scalar_loop_view_assemble.py": (None, {}, False),
     "examples/01_beginner/transform/transform_ops.py": (None, {}, False),
-    "examples/02_intermediate/basic_nn/ffn/ffn_module.py": (None, {}, False),
+    # Two bf16 outputs whose exact value lies on a rounding tie, closer to the midpoint of two bf16 numbers than
+    # the fp32 accumulation error of a 1024-term dot product (in fp64 from the example's own bf16 inputs):
+    # gelu [10, 103] = -3.08593912 (midpoint -3.0859375), swiglu [12, 66] = -1.24609381 (midpoint -1.24609375).
+    # torch's CPU matmul and pypto's tile-order sum land on neighbouring bf16 values (one ulp, 0.0156 / 0.0078),
+    # beyond the example's rtol = atol = 3e-3; which side each lands on follows the summation order (gelu's is
+    # right in pypto and wrong in torch's golden). Every other element of both matches.
+    "examples/02_intermediate/basic_nn/ffn/ffn_module.py": (None, {
+        "test_ffn_static_gelu": "Mismatched elements: 1 / 2048",
+        "test_ffn_static_swiglu": "Mismatched elements: 1 / 2048"}, False),
     "examples/02_intermediate/basic_nn/layer_normalization/layer_norm.py": (None, {}, False),
     "examples/02_intermediate/controlflow/condition/condition.py": (None, {}, False),
     "examples/02_intermediate/controlflow/loop/loop.py": (None, {}, False),
@@ -73,7 +82,7 @@ def _params():
 @pytest.mark.parametrize("script,cases,failing", _params())
 def test_cann_example(script, cases, failing):
     results = run_example(script, cases)
-    bad = [r for r in results if not r["ok"] and r["case"] not in failing]
+    bad = [r for r in results if not r["ok"] and failing.get(r["case"], "\0") not in r["error"]]
     fixed = [r["case"] for r in results if r["ok"] and r["case"] in failing]
     report = "\n".join(f"  {r['case']}: {'ok' if r['ok'] else r['error']}" for r in results)
     assert not bad, f"{script}: {len(bad)} of {len(results)} cases fail:\n{report}"
