@@ -6,9 +6,8 @@
     o         = gated delta rule(l2norm(q), l2norm(k), v, g, beta)       (chunked; recurrent for decode)
     y         = out_proj(RMSNorm(o) * norm.weight * SiLU(z))
 
-The chunked rule (prefill) is Professional-mode kernels called as nodes of the traced forward where
-``pro_kernels.supports`` accepts the layer's dims, chunk size and dtype: on sim the two phased kernels of
-``prefill_kernels``, on cpu the one-chain-per-head kernel of ``pro_kernels``. A decode
+The chunked rule (prefill) is the Professional-mode kernel ``pro_kernels`` called as one node of the traced
+forward on sim and cpu where ``pro_kernels.supports`` accepts the layer's dims, chunk size and dtype. A decode
 step (T == 1 with a filled cache) runs the conv update, gates, l2norm and recurrent rule as the fused kernel of
 ``decode_kernel`` (one node per launch of a few sequences, each reading its state slot on the device:
 ``layer(x, cache, state_indices=...)`` with pools in the cache, as vLLM's ``ssm_state_indices``) where
@@ -38,7 +37,7 @@ import pypto.nn.functional as F
 from pypto.frontend.context import is_tracing, note
 from pypto.machine import machine_spec
 
-from . import decode_kernel, kernels, prefill_kernels, pro_kernels
+from . import decode_kernel, kernels, pro_kernels
 from .functional import _fail, default_per_head
 from .reference import GDNCache, Qwen3NextGDNConfig, split_projection_weights
 
@@ -310,17 +309,6 @@ class Qwen3NextGatedDeltaNet(nn.Module):
         operand = torch.float32 if io == pypto.float32 else torch.float16
         q3, k3, v3 = y[:, :, :c.key_dim], y[:, :, c.key_dim:2 * c.key_dim], y[:, :, 2 * c.key_dim:]
         gT = pypto.permute(g, (0, 2, 1))                              # [B, HV, T]: a gate row per head
-        # the phased kernels where they run as nodes (faster: bench_gdn (a)); on cpu two pl kernel nodes in
-        # one program do not build yet (a duplicate struct in the generated unit), so cpu keeps pro_kernels
-        if self._backend() == "sim" and V % prefill_kernels.v_block_for(V) == 0:
-            prep, rec = prefill_kernels.kernels(None)
-            ws_dtype = pypto.dtypes.from_torch(operand)
-            prefill_kernels.launch(prep, rec, q3, k3, v3, gT, beta, state, o, 0, T, 0, B, H=H, HV=HV, K=K, V=V,
-                                   C=C, VB=prefill_kernels.v_block_for(V), scale=K ** -0.5, l2norm=True,
-                                   cast_io=io != pypto.float32, state_il=None, eye=torch.eye(C, dtype=operand),
-                                   workspace=lambda r, n: pypto.zeros(r, n, dtype=ws_dtype),
-                                   machine=self._machine())
-            return
         kern = pro_kernels.kernel(None)
         bd = pro_kernels.block_dim_for(B * HV, self._machine())
         consts = dict(H=H, HV=HV, K=K, V=V, C=C, NL=int(math.log2(C)), scale=float(K ** -0.5), l2norm=True,

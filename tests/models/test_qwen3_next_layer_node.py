@@ -37,8 +37,7 @@ def test_prefill_runs_the_pl_kernel_as_a_node(backend, dtype):
         assert layer.core_impl == ("pro", None)
         assert y.dtype == dtype and y.shape == x.shape
         assert rel_err(y, gated_deltanet_layer_ref(x, weights, cfg)) <= TOL[dtype], T
-    phased = ["gdn_prefill_prep", "gdn_prefill_state"]          # prefill_kernels: two nodes (sim)
-    assert _ops(layer, x) == (phased if backend == "sim" else ["gdn_chunk_pro"])
+    assert _ops(layer, x) == ["gdn_chunk_pro"]
 
 
 def test_prefill_with_a_cache_updates_the_state_through_the_node_then_decodes():
