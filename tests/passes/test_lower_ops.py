@@ -20,6 +20,8 @@ CASES = {
     "bincount": (lambda i: pypto.bincount(i, minlength=8), (torch.tensor([0, 3, 7, 5, 5, 1]),)),
     "histc": (lambda x: pypto.histc(x, bins=5, min=-1.0, max=1.0), (X,)),
     "index_add": (lambda x, s: pypto.index_add(x, 0, torch.tensor([1, 0, 1]), s), (X[:3], X[3:6])),
+    "index_copy": (lambda x, s: pypto.index_copy(x, 0, torch.tensor([4, 0, 2], dtype=torch.int32), s), (X, X[3:6])),
+    "index_copy_cols": (lambda x, s: pypto.index_copy(x, 1, torch.tensor([7, 1]), s), (X, X[:, :2])),
     "transpose": (lambda x: pypto.transpose(x, 0, 1) * 2, (X,)),
     "transpose_out": (lambda x: pypto.transpose(x, 0, 1), (X,)),
     "permute": (lambda x: x.reshape(2, 3, 40).permute(1, 0, 2) + 1, (X,)),
