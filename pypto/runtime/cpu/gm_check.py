@@ -44,14 +44,19 @@ _ROW_FAILURE = re.compile(r"row index outside its tensor at site (AIC|AIV):(\d+)
                           r"rows (-?\d+), columns (-?\d+):(-?\d+) of (-?\d+)")
 
 
-def _row_error(kernel, m):
-    """An MGATHER / MSCATTER index (or its columns) outside its tensor, worded as the sim words it."""
+def _site(kernel, m):
+    """(block, instruction) of the access site a failure names (core type, site number), or (block, None)."""
     block = kernel.block(CoreType(m.group(1)))
     sites = gm_bounds.access_sites(block) if block is not None else []
     n = int(m.group(2))
-    if n >= len(sites):
+    return block, (sites[n] if n < len(sites) else None)
+
+
+def _row_error(kernel, m):
+    """An MGATHER / MSCATTER index (or its columns) outside its tensor, worded as the sim words it."""
+    block, ins = _site(kernel, m)
+    if ins is None:
         return None
-    ins = sites[n]
     index, row, rows, c0, c1, width = (int(m.group(k)) for k in range(3, 9))
     param = next(o.param for o in ins.operands if hasattr(o, "param"))
     verb = "writes" if ins.spec.kind == "store" else "reads"
@@ -71,12 +76,9 @@ def bounds_error(kernel, text: str) -> CpuKernelError | None:
     m = _FAILURE.search(text)
     if m is None or kernel is None:
         return None
-    block = kernel.block(CoreType(m.group(1)))
-    sites = gm_bounds.access_sites(block) if block is not None else []
-    n = int(m.group(2))
-    if n >= len(sites):
+    block, ins = _site(kernel, m)
+    if ins is None:
         return None
-    ins = sites[n]
     offsets, extents, one_d = gm_bounds.box(_ints(m.group(3)), int(m.group(4)), int(m.group(5)),
                                             bool(ins.attrs.get("trans", False)) and ins.op == "TLOAD")
     dims = gm_bounds.shape_view(_ints(m.group(6)), one_d)
