@@ -35,7 +35,8 @@ import torch
 import pypto_pro.language as pl
 
 from .functional import _fail
-from .pro_kernels import L2NORM_EPS, NEG, fetch_rows, merge_masks, normalize, store_cc, store_rows, supports
+from .pro_kernels import (L2NORM_EPS, NEG, fetch_rows, merge_levels, merge_masks, normalize, store_cc, store_rows,
+                          supports)
 
 __all__ = ["chunk_gated_delta_rule_phases", "supports", "v_block_for"]
 
@@ -160,19 +161,7 @@ def _prep_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
         pl.load(l_x, e, [0, 0])
         for lvl in range(1, NL):
             pl.load(l_es[lvl - 1], e, [lvl * C, 0])
-        for lvl in range(1, NL):
-            pl.move(a_x, l_x)
-            pl.move(b_e, l_es[lvl - 1])
-            pl.matmul(c_p, a_x, b_e)
-            pl.move(l_p, c_p)
-            pl.move(a_p, l_p)
-            pl.move(b_x, l_x)
-            pl.matmul(c_x, a_eye, b_x)
-            pl.matmul_acc(c_x, a_p, b_x)
-            if lvl < NL - 1:
-                pl.move(l_x, c_x)
-            else:
-                pl.move(l_t, c_x)
+        merge_levels(NL, l_x, l_es, l_p, l_t, a_x, b_e, a_p, b_x, a_eye, c_p, c_x)
         pl.move(a_t, l_t)
         pl.move(b_rv, l_rv[s])
         pl.matmul(c_u, a_t, b_rv)

@@ -275,19 +275,7 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
         for lvl in range(1, NL):
             pl.load(l_es[lvl - 1], e_slot, [lvl * C, 0])
         pl.load(l_attn, ws_attn.next(), [0, 0])
-        for lvl in range(1, NL):
-            pl.move(a_x, l_x)
-            pl.move(b_e, l_es[lvl - 1])
-            pl.matmul(c_p, a_x, b_e)
-            pl.move(l_p, c_p)
-            pl.move(a_p, l_p)
-            pl.move(b_x, l_x)
-            pl.matmul(c_x, a_eye, b_x)
-            pl.matmul_acc(c_x, a_p, b_x)
-            if lvl < NL - 1:
-                pl.move(l_x, c_x)
-            else:
-                pl.move(l_t, c_x)
+        merge_levels(NL, l_x, l_es, l_p, l_t, a_x, b_e, a_p, b_x, a_eye, c_p, c_x)
 
     def pieces(r0):
         """A = beta KK^T * decay (strictly lower), attn = QK^T * decay, X1 = I - A*M_1, E_b = -A*M_b
@@ -399,6 +387,24 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
                 pl.add(s, s, kd)
                 store_state(ws_s.next(), s, sd, c0, cast_io)
             pl.store(state, s, [srow, c0])
+
+
+def merge_levels(NL, l_x, l_es, l_p, l_t, a_x, b_e, a_p, b_x, a_eye, c_p, c_x):
+    """(I + A)^-1 by block merging on the cube, X <- X I + (X E_b) X for b = 1 .. NL-1, from X1 in l_x and
+    the E_b in l_es (L1) -> l_t; a_* / b_* are L0A / L0B tiles, c_* L0C."""
+    for lvl in range(1, NL):
+        pl.move(a_x, l_x)
+        pl.move(b_e, l_es[lvl - 1])
+        pl.matmul(c_p, a_x, b_e)
+        pl.move(l_p, c_p)
+        pl.move(a_p, l_p)
+        pl.move(b_x, l_x)
+        pl.matmul(c_x, a_eye, b_x)
+        pl.matmul_acc(c_x, a_p, b_x)
+        if lvl < NL - 1:
+            pl.move(l_x, c_x)
+        else:
+            pl.move(l_t, c_x)
 
 
 def fetch_rows(dst, src, b, t, col, present, rows, width):
