@@ -35,8 +35,8 @@ import torch
 import pypto_pro.language as pl
 
 from .functional import _fail
-from .pro_kernels import (L2NORM_EPS, NEG, fetch_rows, merge_levels, merge_masks, normalize, store_cc, store_rows,
-                          supports)
+from .pro_kernels import (L2NORM_EPS, NEG, fetch_rows, gram_products, merge_levels, merge_masks, normalize,
+                          store_cc, store_rows, supports)
 
 __all__ = ["chunk_gated_delta_rule_phases", "supports", "v_block_for"]
 
@@ -140,17 +140,7 @@ def _prep_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
     def gram(s):
         """KK^T and QK^T of the normalised keys / queries in workspace slot p -> vectors; Rv, Rk -> L1."""
         p = ws_prep.next()
-        pl.load(l_kn, p, [0, 0])
-        pl.load(l_knT, p, [0, 0], trans=True)
-        pl.move(a_kn, l_kn)
-        pl.move(b_knT, l_knT)
-        pl.matmul(c_g1, a_kn, b_knT)
-        pl.load(l_qn, p, [C, 0])
-        pl.move(a_qn, l_qn)
-        pl.matmul(c_g2, a_qn, b_knT)
-        gw = ws_gram.next()
-        pl.store(gw, c_g1, [0, 0])
-        pl.store(gw, c_g2, [C, 0])
+        gram_products(p, ws_gram.next(), C, l_kn, l_knT, l_qn, a_kn, b_knT, a_qn, c_g1, c_g2)
         pl.load(l_rv[s], p, [2 * C, 0])
         pl.load(l_rk[s], p, [3 * C, 0])
 

@@ -177,17 +177,7 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
     def gram(pa):
         """KK^T and QK^T of the normalised keys / queries of the chunk in workspace slot pa (-> vectors);
         the chunk's other operands into L1 for its state phase."""
-        pl.load(l_kn, pa, [0, 0])
-        pl.load(l_knT, pa, [0, 0], trans=True)
-        pl.move(a_kn, l_kn)
-        pl.move(b_knT, l_knT)
-        pl.matmul(c_g1, a_kn, b_knT)
-        pl.load(l_qn, pa, [C, 0])
-        pl.move(a_qn, l_qn)
-        pl.matmul(c_g2, a_qn, b_knT)
-        gw = ws_gram.next()
-        pl.store(gw, c_g1, [0, 0])
-        pl.store(gw, c_g2, [C, 0])
+        gram_products(pa, ws_gram.next(), C, l_kn, l_knT, l_qn, a_kn, b_knT, a_qn, c_g1, c_g2)
         pl.load(qg_g.next(), pa, [2 * C, 0])
         pl.load(kt_g.next(), pa, [3 * C, 0], trans=True)
         pl.load(rv_g.next(), pa, [4 * C, 0])
@@ -387,6 +377,21 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
                 pl.add(s, s, kd)
                 store_state(ws_s.next(), s, sd, c0, cast_io)
             pl.store(state, s, [srow, c0])
+
+
+def gram_products(src, dst, C, l_kn, l_knT, l_qn, a_kn, b_knT, a_qn, c_g1, c_g2):
+    """K K^T and Q K^T of a chunk's normalised keys (rows 0..C of workspace slot ``src``) and queries (rows
+    C..2C) on the cube -> rows 0..C and C..2C of workspace slot ``dst``."""
+    pl.load(l_kn, src, [0, 0])
+    pl.load(l_knT, src, [0, 0], trans=True)
+    pl.move(a_kn, l_kn)
+    pl.move(b_knT, l_knT)
+    pl.matmul(c_g1, a_kn, b_knT)
+    pl.load(l_qn, src, [C, 0])
+    pl.move(a_qn, l_qn)
+    pl.matmul(c_g2, a_qn, b_knT)
+    pl.store(dst, c_g1, [0, 0])
+    pl.store(dst, c_g2, [C, 0])
 
 
 def merge_levels(NL, l_x, l_es, l_p, l_t, a_x, b_e, a_p, b_x, a_eye, c_p, c_x):
