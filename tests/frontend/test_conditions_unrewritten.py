@@ -6,7 +6,6 @@ expression's truth True) would be wrong: it is a PyptoError at the user's line (
 or, when the loops' ranges decide it, the right answer (checked against torch). Also a shape compared
 with a tuple in the jit function (element by element, a run-time branch)."""
 import functools
-import inspect
 import threading
 
 import pytest
@@ -14,6 +13,7 @@ import sympy
 import torch
 
 import pypto
+from pypto.testing.source import line_of
 from pypto.errors import PyptoError
 
 # ---- forms the rewrite cannot reach: module-level lambdas, exec'd code, wrappers, super()
@@ -55,11 +55,6 @@ class Child(Base):
         if n == 3:                                           # super() keeps this method as written
             return super().pick(n, a, b)
         return b
-
-
-def line_of(fn, text):
-    lines, start = inspect.getsourcelines(fn)
-    return start + next(k for k, line in enumerate(lines) if text in line)
 
 
 def _module_line(text):

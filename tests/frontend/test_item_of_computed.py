@@ -2,22 +2,17 @@
 element once the tasks writing it are done (runtime/host/control.py stages the expansion; the sim
 simulates what came before the read, cpu runs it). Each program on sim and cpu against torch, with
 tails, a trip count of zero and dynamic sizes; the errors name the user's line."""
-import inspect
 
 import pytest
 import torch
 
 import pypto
+from pypto.testing.source import line_of
 from pypto.errors import PyptoError
 
 DYN = pypto.DYNAMIC
 BACKENDS = ("sim", "cpu")
 TOL = {torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 1e-2}
-
-
-def line_of(fn, text: str) -> int:
-    lines, first = inspect.getsourcelines(fn)
-    return first + next(k for k, line in enumerate(lines) if text in line)
 
 
 def close(got, want, dtype):

@@ -11,15 +11,11 @@ import pytest
 import torch
 
 import pypto
+from pypto.testing.source import line_of
 from pypto.errors import IndexOutOfRangeError, PyptoError, TypeMismatchError
 
 BACKENDS = ("sim", "cpu")
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
-
-
-def line_of(fn, text: str) -> int:
-    lines, start = inspect.getsourcelines(fn)
-    return start + next(k for k, line in enumerate(lines) if text in line)
 
 
 def close(a, b, dtype):

@@ -1,22 +1,16 @@
 """Tracing behaviour of @pypto.jit and pypto.loop: the compile cache, duck sizing, named dims, output
 parameters, writes through views, loop-carried tensors, nested loops, escaping loop values, source
 locations, and call-time checks."""
-import inspect
 
 import pytest
 import torch
 
 import pypto
+from pypto.testing.source import line_of
 from pypto.errors import DTypeError, PyptoError, ShapeError, SymbolicError, TypeMismatchError
 from pypto.ops.registry import REGISTRY
 
 F32 = pypto.float32
-
-
-def line_of(fn, text: str) -> int:
-    """The file line of the first line of ``fn``'s source containing ``text``."""
-    lines, start = inspect.getsourcelines(fn)
-    return start + next(i for i, line in enumerate(lines) if text in line)
 
 
 def ref_jit(fn=None, **kw):
