@@ -35,8 +35,8 @@ import torch
 import pypto_pro.language as pl
 
 from .functional import _fail
-from .pro_kernels import (L2NORM_EPS, NEG, fetch_rows, gram_products, merge_levels, merge_masks, normalize,
-                          store_cc, store_rows, supports)
+from .pro_kernels import (L2NORM_EPS, NEG, chunk_gates, fetch_rows, gram_products, merge_levels, merge_masks,
+                          normalize, store_cc, store_rows, supports)
 
 __all__ = ["chunk_gated_delta_rule_phases", "supports", "v_block_for"]
 
@@ -187,17 +187,7 @@ def _prep_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
                 pl.load(XIN, q, [b, t0 + r0, kh * K], valid_shape=[cv, K])
                 pl.load(KIN, k, [b, t0 + r0, kh * K], valid_shape=[cv, K])
                 pl.load(VIN, v, [b, t0 + r0, hv * V], valid_shape=[cv, V])
-        GR = g_row.with_valid(1, C)
-        pl.cumsum(G_row, GR, dim=1)
-        pl.sum(gl, GR, dim=1)
-        pl.col_expand(gx, G_row)
-        pl.where(t1, m_eye, gx, zero)
-        pl.sum(gc, t1, dim=1)
-        pl.row_expand_sub(t1, gx, gc)
-        pl.mul(t1, t1, -1.0)
-        pl.full(dec, NEG)
-        pl.where(dec, m_causal, t1, dec)
-        pl.exp(dec, dec)
+        chunk_gates(g_row.with_valid(1, C), G_row, gl, gx, gc, t1, dec, m_eye, m_causal, zero)
         pl.exp(eg, gc)
         pl.col_expand(glc.with_valid(HALF, 1), gl)
         pl.sub(eglg, glc.with_valid(HALF, 1), gc)

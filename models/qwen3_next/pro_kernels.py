@@ -186,17 +186,7 @@ def _gdn_body(q: pl.Tensor[[pl.DYNAMIC, pl.DYNAMIC, pl.STATIC], None],
     def gates(b, hv, t0, c):
         """g of the chunk as a zero-padded row (loaded by the caller), its in-chunk cumsum, G_last, G_i of
         the own rows, decay."""
-        GR = g_row.with_valid(1, C)
-        pl.cumsum(G_row, GR, dim=1)
-        pl.sum(gl, GR, dim=1)
-        pl.col_expand(gx, G_row)
-        pl.where(t1, m_eye, gx, zero)
-        pl.sum(gc, t1, dim=1)
-        pl.row_expand_sub(t1, gx, gc)
-        pl.mul(t1, t1, -1.0)
-        pl.full(dec, NEG)
-        pl.where(dec, m_causal, t1, dec)
-        pl.exp(dec, dec)
+        chunk_gates(g_row.with_valid(1, C), G_row, gl, gx, gc, t1, dec, m_eye, m_causal, zero)
 
     def prepare(b, hv, kh, t0, c, cv, r0):
         """Stage the chunk's operands for the cube (own rows): kn, qn, Qg, K~, Rv, Rk. 16-bit inputs are
@@ -392,6 +382,21 @@ def gram_products(src, dst, C, l_kn, l_knT, l_qn, a_kn, b_knT, a_qn, c_g1, c_g2)
     pl.matmul(c_g2, a_qn, b_knT)
     pl.store(dst, c_g1, [0, 0])
     pl.store(dst, c_g2, [C, 0])
+
+
+def chunk_gates(GR, G_row, gl, gx, gc, t1, dec, m_eye, m_causal, zero):
+    """From the chunk's gates as a row GR: their in-chunk cumsum G_row, G_last gl, G_i of the own rows gc
+    (t1, gx scratch) and the causal decay exp(G_i - G_j) in dec (0 above the diagonal)."""
+    pl.cumsum(G_row, GR, dim=1)
+    pl.sum(gl, GR, dim=1)
+    pl.col_expand(gx, G_row)
+    pl.where(t1, m_eye, gx, zero)
+    pl.sum(gc, t1, dim=1)
+    pl.row_expand_sub(t1, gx, gc)
+    pl.mul(t1, t1, -1.0)
+    pl.full(dec, NEG)
+    pl.where(dec, m_causal, t1, dec)
+    pl.exp(dec, dec)
 
 
 def merge_levels(NL, l_x, l_es, l_p, l_t, a_x, b_e, a_p, b_x, a_eye, c_p, c_x):
