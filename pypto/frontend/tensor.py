@@ -212,7 +212,8 @@ _OPERATORS = {
     "__lt__": ("lt", False), "__le__": ("le", False), "__gt__": ("gt", False), "__ge__": ("ge", False),
     "__eq__": ("eq", False), "__ne__": ("ne", False), "__and__": ("logical_and", False),
     "__or__": ("logical_or", False), "__rand__": ("logical_and", True), "__ror__": ("logical_or", True),
-    "__mod__": ("remainder", False),
+    "__mod__": ("remainder", False), "__rmod__": ("remainder", True),
+    "__floordiv__": ("floor_divide", False), "__rfloordiv__": ("floor_divide", True),
 }
 for _op, (_fn, _swap) in _OPERATORS.items():
     setattr(Tensor, _op, _binop(_fn, _swap))

@@ -123,16 +123,15 @@ def _bool_only(name):
 
 
 def _div_mode(cx, input, other, rounding_mode=None):
-    q = fn("div")(cx.cast(input, cx.out_dtype if cx.out_dtype.is_floating else dtypes.float32),
-                  cx.cast(other, cx.out_dtype if cx.out_dtype.is_floating else dtypes.float32))
-    if rounding_mode == "floor":
-        q = fn("floor")(q)
+    # floor: the registry's floor_divide (torch's rule; floor(a / b) is off where a / b rounds up to an integer)
+    dt = cx.out_dtype if cx.out_dtype.is_floating else dtypes.float32
+    q = fn("floor_divide" if rounding_mode == "floor" else "div")(cx.cast(input, dt), cx.cast(other, dt))
     return cx.cast(q)
 
 
 def _div_mode_accepts(a):
-    """Floor division is computed as floor(a / b) in floating point: exact for floating inputs only
-    (int64 values beyond 2**24 would round)."""
+    """Floor division is computed in floating point: exact for floating inputs only (int64 values beyond
+    2**24 would round)."""
     mode = a.get("rounding_mode")
     if mode is None or (mode == "floor" and a.get("_dtype") is not None and a["_dtype"].is_floating_point):
         return None
@@ -560,7 +559,7 @@ RULES[aten.logical_xor.default] = Rule(lambda cx, input, other: fn("ne")(api.cas
                                                                          api.cast(other, dtypes.bool_)),
                                        needs=("ne",))
 RULES[aten.true_divide.Tensor] = RULES[aten.div.Tensor]
-RULES[aten.div.Tensor_mode] = Rule(_div_mode, needs=("div", "floor"), accepts=_div_mode_accepts)
+RULES[aten.div.Tensor_mode] = Rule(_div_mode, needs=("div", "floor_divide"), accepts=_div_mode_accepts)
 RULES[aten.where.self] = Rule(_where, needs=("where",))
 RULES[aten.isnan.default] = Rule(_isnan, needs=("ne",))
 RULES[aten.isinf.default] = Rule(_isinf, needs=("logical_and", "logical_not", "isfinite", "eq"))

@@ -56,7 +56,7 @@ UNARY = {
 BINARY = {
     "add": (torch.add, 1), "sub": (torch.sub, 1), "mul": (torch.mul, 1), "div": (torch.div, 4),
     "pow": (torch.pow, 8), "maximum": (torch.maximum, 1), "minimum": (torch.minimum, 1),
-    "remainder": (torch.remainder, 4),
+    "remainder": (torch.remainder, 4), "floor_divide": (torch.floor_divide, 5),
 }
 COMPARE = {"eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge}
 LOGICAL = {"logical_and": torch.logical_and, "logical_or": torch.logical_or}
@@ -125,8 +125,19 @@ def _trunc_decompose(P, ins, attrs):
     return P.where(P.ge(x, 0), P.floor(x), P.ceil(x))
 
 
+def _floor_divide_decompose(P, ins, attrs):
+    # torch's rule: the integer nearest (a - remainder(a, b)) / b, in fp32, rounded once to the result
+    # dtype. floor(a / b) would differ where a / b rounds up to an integer (1 // 0.1 is 9, not 10).
+    a, b = ins
+    out = dtypes.promote(a.dtype, b.dtype)
+    a32, b32 = P.cast(a, dtypes.float32), P.cast(b, dtypes.float32)
+    q = P.round(P.div(P.sub(a32, P.remainder(a32, b32)), b32))
+    return q if out == dtypes.float32 else P.cast(q, out)
+
+
 _DECOMPOSE = {"log2": _log2_decompose,
-              "trunc": _trunc_decompose}
+              "trunc": _trunc_decompose,
+              "floor_divide": _floor_divide_decompose}
 
 for _name, (_fn, _rule, _flops) in UNARY.items():
     register(OpDef(_name, "elementwise", _unary_infer(_rule), _unary_ref(_fn, _rule), flops=_flops, num_inputs=1,
@@ -146,10 +157,17 @@ def _bin_ref(fn, out_rule):
     return ref
 
 
+def _float_only(dt):
+    if not dt.is_floating:
+        raise DTypeError(f"floor_divide (//) of {dt} tensors is not supported yet: the vector unit divides in "
+                         "floating point, exact for integers only below 2^24; cast to a float dtype first")
+    return dt
+
+
 for _name, (_fn, _flops) in BINARY.items():
-    _rule = _div_dtype if _name == "div" else _same
+    _rule = {"div": _div_dtype, "floor_divide": _float_only}.get(_name, _same)
     register(OpDef(_name, "elementwise", _binary_infer(_rule), _bin_ref(_fn, _rule), flops=_flops, num_inputs=2,
-                   form="binary", pto=PTO[_name],
+                   form="binary", pto=PTO.get(_name), decompose=_DECOMPOSE.get(_name),
                    doc=f"Elementwise {_name} with broadcasting and Python-scalar operands, as torch.{_name}."))
 for _name, _fn in (COMPARE | LOGICAL).items():
     register(OpDef(_name, "elementwise", _binary_infer(_bool), _bin_ref(_fn, _same), flops=1, num_inputs=2,

@@ -15,7 +15,7 @@ from .op_testing import compile_case, make_input, spec_of, traced_ops
 TABLES = (test_elementwise, test_reduce, test_matmul, test_shape, test_norm, test_sort_topk, test_counting)
 UNITS = {"vector", "cube", "aicpu", "none"}
 COMPOSITES = {"mean", "var", "argmin", "linear", "softmax", "log_softmax", "rms_norm", "layer_norm", "l2norm",
-              "log2", "trunc", "topk", "argsort", "one_hot", "bincount", "histc", "index_add"}
+              "log2", "trunc", "floor_divide", "topk", "argsort", "one_hot", "bincount", "histc", "index_add"}
 
 
 def _ops_of_all_cases() -> set:

@@ -39,6 +39,7 @@ CASES = {
     "index_select_cols": (lambda x, i: pypto.index_select(x, 1, i), (X, IDX)),
     "remainder": (lambda x: x % 0.7, (X,)),
     "remainder_int": (lambda x: x % 3, (XI,)),
+    "floor_divide": (lambda x: pypto.floor_divide(x, 0.7) + (x + 3.0) // 0.3, (X,)),
     "where_scalars": (lambda x: pypto.where(x > 0, 1.0, 0.0), (X,)),
     "masked_fill": (lambda x: x.masked_fill(x > 0.5, -1.0), (X,)),
     "argmin": (lambda x: x.argmin(-1), (X,)),
