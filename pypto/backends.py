@@ -7,6 +7,7 @@ and imported lazily, so a missing toolchain never breaks ``import pypto``.
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass
 
 from .errors import IndexOutOfRangeError, PyptoError
@@ -117,7 +118,13 @@ def compile_graph(graph, backend: str, options: dict) -> Compiled:
         raise PyptoError(f"backend '{backend}' needs the lowering pipeline, which is not available: {e}") from None
     if backend == "cpu":      # g++ compiles the launch runtime (once per cache) while Python lowers the graph
         importlib.import_module("pypto.runtime.cpu").prepare()
-    program = lower(graph, machine=options.get("machine"), dump=dump if dump is not None else False)
+    lowering = options.get("lowering") or {}
+    known = [n for n, p in inspect.signature(lower).parameters.items()
+             if p.kind is p.KEYWORD_ONLY and n not in ("machine", "dump", "verify")]
+    unknown = sorted(set(lowering) - set(known))
+    if unknown:
+        raise PyptoError(f"lowering option {unknown[0]!r} is not one of {', '.join(known)}")
+    program = lower(graph, machine=options.get("machine"), dump=dump if dump is not None else False, **lowering)
     if dump is not None:
         from .runtime.dump_cpp import write_cpp
         write_cpp(dump, program.kernels, options.get("machine"))

@@ -28,12 +28,17 @@ from .tensor import Tensor, TensorSpec
 
 class JitFunction:
     def __init__(self, fn, *, backend: str | None = None, machine: str | None = None, dump: str | None = None,
-                 timing_only: bool = False, trace: str | None = None, name: str | None = None):
+                 timing_only: bool = False, trace: str | None = None, name: str | None = None,
+                 lowering: dict | None = None):
         self.fn = fn
         self.name = user_name(name, "pypto.jit", default=getattr(fn, "__name__", "fn"))
+        if lowering is not None and not (isinstance(lowering, dict) and all(isinstance(k, str) for k in lowering)):
+            raise TypeMismatchError(f"{self.name}: lowering= takes a dict of lowering options "
+                                    f"(e.g. {{'flash': False}}), found {type(lowering).__name__}")
         self.signature = evaluated_signature(fn, self.name, TypeMismatchError)
         self.backend = backends.check_backend(backend) if backend else None
-        self.options = {"machine": machine, "dump": dump, "timing_only": timing_only, "trace": trace}
+        self.options = {"machine": machine, "dump": dump, "timing_only": timing_only, "trace": trace,
+                         "lowering": dict(lowering or {})}
         self.cache: dict = {}
         self.last_report = None
         self.trace_count = 0
@@ -271,7 +276,9 @@ _CANN_JIT_OPTIONS = ("host_options", "codegen_options", "pass_options", "runtime
 
 
 def jit(fn=None, **options):
-    """Decorator: ``@pypto.jit`` or ``@pypto.jit(backend="cpu", machine="a2a3", dump=dir)``; also spelt
+    """Decorator: ``@pypto.jit`` or ``@pypto.jit(backend="cpu", machine="a2a3", dump=dir)``;
+    ``lowering={"flash": False, "row_chunks": 4}`` overrides the compiler's choices (the keyword options of
+    pypto.passes.pipeline.lower: fuse, multibuffer, static_masks, flash, row_chunks); also spelt
     ``@pypto.frontend.jit(...)`` as in CANN PyPTO, whose keyword arguments (``runtime_options=``,
     ``pass_options=`` ...) are accepted and recorded as ignored (frontend/cann.py)."""
     cann_options = {k: options.pop(k) for k in _CANN_JIT_OPTIONS if k in options}

@@ -46,7 +46,7 @@ class ModuleCompiler(JitFunction):
         entry.__signature__ = fwd_sig.replace(
             parameters=self.forward_params + state_params
             + [inspect.Parameter(TRAINING_ARG, inspect.Parameter.KEYWORD_ONLY)])
-        opts = {k: options.get(k) for k in ("backend", "machine", "dump", "trace")}
+        opts = {k: options.get(k) for k in ("backend", "machine", "dump", "trace", "lowering")}
         super().__init__(entry, timing_only=bool(options.get("timing_only")), name=type(module).__name__, **opts)
         self.dynamic = _check_dynamic(options.get("dynamic"), {p.name for p in self.forward_params}, module)
 

@@ -356,7 +356,7 @@ class Module:
 
     # ------------------------------------------------------------------ compilation
     def compile(self, *, backend: str | None = None, machine: str | None = None, dump: str | None = None,
-                dynamic=None, timing_only: bool = False, trace: str | None = None):
+                dynamic=None, timing_only: bool = False, trace: str | None = None, lowering: dict | None = None):
         """Set how calling this module compiles and runs ``forward``; returns the module.
 
         ``dynamic`` says which dims of forward's tensor arguments are run-time sizes:
@@ -365,12 +365,13 @@ class Module:
         ``True`` all dynamic; or ``{arg: dims}`` with dims an iterable of dim indices or a
         ``{dim: name}`` dict (equal names share one size across arguments). Unlisted arguments keep
         the default. Dynamic dims are duck-sized (equal values at trace time share a size).
-        Annotations on forward (``x: pypto.Tensor[[pypto.DYNAMIC, 64], pypto.float16]``) win."""
+        Annotations on forward (``x: pypto.Tensor[[pypto.DYNAMIC, 64], pypto.float16]``) win.
+        ``lowering`` overrides the compiler's choices, as pypto.jit's (e.g. ``{"row_chunks": False}``)."""
         from .. import backends
         if backend is not None:
             backends.check_backend(backend)
         self._compile_options = {"backend": backend, "machine": machine, "dump": dump, "dynamic": dynamic,
-                                 "timing_only": timing_only, "trace": trace}
+                                 "timing_only": timing_only, "trace": trace, "lowering": lowering}
         self._compiler = None
         return self
 

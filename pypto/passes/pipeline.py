@@ -121,6 +121,10 @@ def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = 
     g = pm.run("autocast", autocast, g, verifier=_verify_graph)
     check_hints(g, spec)                      # the ops the rewrites re-traced with their hints
     notes = list(graph.notes)                 # what the trace chose, then what the passes decided
+    overrides = {k: v for k, v in (("fuse", fuse), ("multibuffer", multibuffer), ("static_masks", static_masks),
+                                   ("flash", flash), ("row_chunks", row_chunks)) if v is not True}
+    if overrides:
+        notes.append("lowering options set by the caller: " + ", ".join(f"{k}={v!r}" for k, v in overrides.items()))
     tg = pm.run("tile", _tile, g, spec, notes, fuse=fuse, static_masks=static_masks, flash=flash, row_chunks=row_chunks)
     bg = pm.run("blocks", lower_blocks, tg, spec)
     bg = pm.run("memory", _memory, bg, spec)
