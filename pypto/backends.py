@@ -7,7 +7,6 @@ and imported lazily, so a missing toolchain never breaks ``import pypto``.
 from __future__ import annotations
 
 import importlib
-import inspect
 from dataclasses import dataclass
 
 from .errors import IndexOutOfRangeError, PyptoError
@@ -113,18 +112,16 @@ def compile_graph(graph, backend: str, options: dict) -> Compiled:
     if backend == "reference":
         return Compiled(backend, graph, None, options, checks)
     try:
-        lower = importlib.import_module("pypto.passes.pipeline").lower
+        pipeline = importlib.import_module("pypto.passes.pipeline")
     except ModuleNotFoundError as e:
         raise PyptoError(f"backend '{backend}' needs the lowering pipeline, which is not available: {e}") from None
     if backend == "cpu":      # g++ compiles the launch runtime (once per cache) while Python lowers the graph
         importlib.import_module("pypto.runtime.cpu").prepare()
     lowering = options.get("lowering") or {}
-    known = [n for n, p in inspect.signature(lower).parameters.items()
-             if p.kind is p.KEYWORD_ONLY and n not in ("machine", "dump", "verify")]
-    unknown = sorted(set(lowering) - set(known))
+    unknown = sorted(set(lowering) - set(pipeline.LOWERING_OPTIONS))
     if unknown:
-        raise PyptoError(f"lowering option {unknown[0]!r} is not one of {', '.join(known)}")
-    program = lower(graph, machine=options.get("machine"), dump=dump if dump is not None else False, **lowering)
+        raise PyptoError(f"lowering option {unknown[0]!r} is not one of {', '.join(pipeline.LOWERING_OPTIONS)}")
+    program = pipeline.lower(graph, machine=options.get("machine"), dump=dump if dump is not None else False, **lowering)
     if dump is not None:
         from .runtime.dump_cpp import write_cpp
         write_cpp(dump, program.kernels, options.get("machine"))

@@ -101,6 +101,10 @@ def refuse_zero_size(g) -> None:
                                      "backend runs them)", loc=node["loc"])
 
 
+# the whole-program choices a caller may override (pypto.jit(lowering={...})), each a keyword of lower()
+LOWERING_OPTIONS = ("fuse", "multibuffer", "static_masks", "flash", "row_chunks")
+
+
 def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = True, multibuffer: bool = True,
           static_masks: bool = True, flash: bool = True, row_chunks: bool | int = True):
     """Lower a TensorGraph to an ExecutionGraph (kernels in Block IR, tasks, buffers, loops).
@@ -121,8 +125,8 @@ def lower(graph, *, machine=None, dump=None, verify: bool = False, fuse: bool = 
     g = pm.run("autocast", autocast, g, verifier=_verify_graph)
     check_hints(g, spec)                      # the ops the rewrites re-traced with their hints
     notes = list(graph.notes)                 # what the trace chose, then what the passes decided
-    overrides = {k: v for k, v in (("fuse", fuse), ("multibuffer", multibuffer), ("static_masks", static_masks),
-                                   ("flash", flash), ("row_chunks", row_chunks)) if v is not True}
+    chosen = zip(LOWERING_OPTIONS, (fuse, multibuffer, static_masks, flash, row_chunks))
+    overrides = {k: v for k, v in chosen if v is not True}
     if overrides:
         notes.append("lowering options set by the caller: " + ", ".join(f"{k}={v!r}" for k, v in overrides.items()))
     tg = pm.run("tile", _tile, g, spec, notes, fuse=fuse, static_masks=static_masks, flash=flash, row_chunks=row_chunks)
